@@ -1,0 +1,53 @@
+#!/bin/busybox sh
+# SPDX-License-Identifier: GPL-2.0
+#
+# PID 1 of the xtask test guest, from a small initramfs holding only a
+# static busybox. It builds the guest's root: the host's / over virtio-9p
+# (read-only) under a tmpfs overlay, so the guest runs the host's own
+# binaries (bash, fio, kublk) and can still write anywhere. The job
+# directory (results, logs) is a second, writable 9p share mounted at the
+# same path as on the host. Then it runs the job script and powers off.
+
+/bin/busybox mkdir -p /proc /sys /dev /bin
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+
+job=
+for arg in $(cat /proc/cmdline); do
+	case "$arg" in
+	xtask.job=*) job="${arg#xtask.job=}" ;;
+	esac
+done
+
+fail() {
+	echo "xtask-init: $*"
+	poweroff -f
+}
+
+[ -n "$job" ] || fail "no xtask.job= on the kernel command line"
+
+mkdir -p /lower /rw /newroot
+mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000,cache=loose hostroot /lower ||
+	fail "cannot mount the host root (9p tag hostroot)"
+mount -t tmpfs -o size=50% tmpfs /rw || fail "cannot mount tmpfs"
+mkdir -p /rw/upper /rw/work
+mount -t overlay overlay -o lowerdir=/lower,upperdir=/rw/upper,workdir=/rw/work /newroot ||
+	fail "cannot mount the overlay root"
+
+mount --move /proc /newroot/proc
+mount --move /sys /newroot/sys
+mount --move /dev /newroot/dev
+mount -t tmpfs -o mode=0755 tmpfs /newroot/run
+mount -t tmpfs -o mode=1777 tmpfs /newroot/tmp
+mkdir -p "/newroot$job"
+mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 job "/newroot$job" ||
+	fail "cannot mount the job directory (9p tag job)"
+
+# The job script runs as a child so that PID 1 stays here to power off,
+# whatever the script does.
+chroot /newroot /bin/bash "$job/guest-run.sh" "$job" </dev/console >/dev/console 2>&1
+echo "xtask-init: job script exited with $?"
+sync
+poweroff -f

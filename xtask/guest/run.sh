@@ -1,0 +1,176 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# Runs inside the test guest (started by init.sh, chrooted into the overlay
+# root). Reads $JOB/job.env written by the host, sets the guest up (modules,
+# udev, sfdisk, tracefs, a tmpfs TMPDIR), loads the requested ublk driver
+# and then either runs the selftests, printing KTAP, or runs a command.
+#
+# Results go to files in $JOB (a writable 9p share), so they survive a guest
+# crash up to the last write; the console only carries progress.
+
+JOB=$1
+# shellcheck source=/dev/null
+. "$JOB/job.env"
+
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export HOME=/root TERM=${TERM:-linux} TMPDIR=/tmp
+
+say() { echo "xtask: $*"; }
+kmsg() { echo "xtask: $*" > /dev/kmsg; }
+
+setup() {
+	hostname ublk-guest
+	mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
+	mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
+	mkdir -p /dev/hugepages && mount -t hugetlbfs hugetlbfs /dev/hugepages 2>/dev/null
+	mkdir -p /dev/shm && mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+	mkdir -p /dev/pts && mount -t devpts devpts /dev/pts 2>/dev/null
+
+	# Kernel log to the job directory as it is written.
+	dmesg -w --time-format=raw > "$JOB/dmesg.txt" 2>&1 &
+	DMESG_PID=$!
+
+	# Modules of the kernel under test.
+	mkdir -p /lib/modules
+	ln -sfn "$MODDIR" "/lib/modules/$(uname -r)"
+
+	# udev and sfdisk from Debian packages unpacked on the host.
+	if [ -n "${EXTRAS:-}" ] && [ -d "$EXTRAS" ]; then
+		cp -a "$EXTRAS/." / 2>/dev/null
+		udevd=$(command -v systemd-udevd || ls /lib/systemd/systemd-udevd /usr/lib/systemd/systemd-udevd 2>/dev/null | head -n1)
+		if [ -x "$udevd" ]; then
+			"$udevd" --daemon >/dev/null 2>&1
+			udevadm trigger --action=add >/dev/null 2>&1
+			udevadm settle --timeout=30 >/dev/null 2>&1
+		else
+			say "no systemd-udevd in $EXTRAS"
+		fi
+	fi
+}
+
+# load_driver c|rust: load exactly that ublk driver and check it owns
+# /dev/ublk-control.
+load_driver() {
+	local want=$1 mod other
+	case "$want" in
+	c) mod=ublk_drv other=rust_ublk ;;
+	rust) mod=rust_ublk other=ublk_drv ;;
+	none) return 0 ;;
+	*) say "unknown driver '$want'"; return 1 ;;
+	esac
+	if grep -q "^$other " /proc/modules; then
+		say "driver check: $other is loaded, refusing to test $mod"
+		return 1
+	fi
+	if ! modprobe "$mod"; then
+		say "driver check: modprobe $mod failed"
+		return 1
+	fi
+	if ! grep -q "^$mod " /proc/modules; then
+		say "driver check: $mod is not in /proc/modules after modprobe"
+		return 1
+	fi
+	if grep -q "^$other " /proc/modules; then
+		say "driver check: $other got loaded too"
+		return 1
+	fi
+	local i
+	for i in $(seq 50); do
+		[ -c /dev/ublk-control ] && break
+		sleep 0.1
+	done
+	if [ ! -c /dev/ublk-control ]; then
+		say "driver check: /dev/ublk-control missing after loading $mod"
+		return 1
+	fi
+	say "driver $mod loaded and owns /dev/ublk-control"
+	return 0
+}
+
+# Between tests: kill leftover servers, delete leftover devices and remove
+# regular files that fio or dd left at /dev/ublk* paths after a device went
+# away (they would shadow the next device node of that id).
+cleanup_between() {
+	pkill -9 -x kublk 2>/dev/null
+	local f
+	for f in /dev/ublkc* /dev/ublkb*; do
+		[ -e "$f" ] || continue
+		if [ ! -b "$f" ] && [ ! -c "$f" ]; then
+			say "removing stale non-device file $f"
+			rm -rf "$f"
+		fi
+	done
+	"$SELFTESTS/kublk" del -a >/dev/null 2>&1
+	rm -rf /tmp/ublk* 2>/dev/null
+}
+
+run_one() {
+	local n=$1 t=$2 log rc start end secs reason
+	log="$JOB/logs/$t.log"
+	kmsg "start $t"
+	say "start $n $t"
+	start=$(date +%s.%N)
+	(cd "$SELFTESTS" && exec timeout -k 15 "$TEST_TIMEOUT" "./$t") > "$log" 2>&1 </dev/null
+	rc=$?
+	end=$(date +%s.%N)
+	secs=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
+	kmsg "end $t rc=$rc"
+	case $rc in
+	0) RESULT="ok $n $t # time=${secs}s" ;;
+	4)
+		reason=$(grep -v '^[[:space:]]*$' "$log" | tail -n 1 | tr -d '\r#' | cut -c1-160)
+		RESULT="ok $n $t # SKIP ${reason:-no reason given} (${secs}s)"
+		;;
+	124 | 137) RESULT="not ok $n $t # TIMEOUT ${TEST_TIMEOUT}s" ;;
+	*) RESULT="not ok $n $t # exit=$rc time=${secs}s" ;;
+	esac
+	cleanup_between
+}
+
+run_selftests() {
+	local tests n=0 total
+	mapfile -t tests < "$JOB/tests.txt"
+	total=${#tests[@]}
+	mkdir -p "$JOB/logs"
+	{
+		echo "KTAP version 1"
+		echo "1..$total"
+	} | tee "$JOB/results.ktap"
+	for t in "${tests[@]}"; do
+		n=$((n + 1))
+		run_one "$n" "$t"
+		echo "$RESULT" | tee -a "$JOB/results.ktap"
+		sync "$JOB/results.ktap" 2>/dev/null
+	done
+}
+
+setup
+status=0
+if ! load_driver "$DRIVER"; then
+	echo "driver-load-failed" > "$JOB/status"
+	status=1
+else
+	case "$MODE" in
+	selftest)
+		run_selftests
+		;;
+	command)
+		kmsg "start command"
+		bash "$JOB/command.sh"
+		status=$?
+		kmsg "end command rc=$status"
+		;;
+	shell)
+		say "interactive shell; exit or Ctrl-D powers the guest off"
+		setsid -c bash -l
+		status=$?
+		;;
+	esac
+	echo "$status" > "$JOB/status"
+fi
+say "done status=$status"
+sleep 0.5
+kill "$DMESG_PID" 2>/dev/null
+sync
+exit "$status"

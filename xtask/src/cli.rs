@@ -1,0 +1,51 @@
+//! Command line.
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+use crate::pipeline::{self, KernelOpts};
+use crate::selftest::SelftestOpts;
+use crate::vm::VmOpts;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "cargo xtask",
+    about = "Build and test the ublk drivers on Linux 7.3"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Fetch Linux 7.3, prepare the tree (overlay + patches/), configure and build.
+    BuildKernel(KernelOpts),
+    /// Boot the kernel in QEMU and run the ublk selftests (KTAP output).
+    Selftest(SelftestOpts),
+    /// Boot the test guest with a ublk driver loaded; run a command or a shell.
+    Vm(VmOpts),
+}
+
+pub fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.cmd {
+        Cmd::BuildKernel(opts) => {
+            let layout = pipeline::layout(&opts)?;
+            let out = pipeline::ensure_kernel(&layout, &opts)?;
+            pipeline::summary(&out);
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Selftest(opts) => Ok(if crate::selftest::run(&opts)? {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        }),
+        Cmd::Vm(opts) => {
+            let code = crate::vm::run(&opts)?;
+            Ok(ExitCode::from(
+                u8::try_from(code.clamp(0, 255)).unwrap_or(1),
+            ))
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! A job directory: what one guest boot runs and where it leaves results.
+//! The host writes job.env, the test list or command, the guest script and
+//! the initramfs; the guest writes results.ktap, logs/, dmesg.txt and status.
+
+use anyhow::Result;
+use std::path::{Path, PathBuf};
+
+use crate::kbuild::Outputs;
+use crate::layout::Layout;
+use crate::userland::Userland;
+
+/// Which ublk driver owns /dev/ublk-control during the boot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Driver {
+    C,
+    Rust,
+    /// Load no ublk driver (harness self-checks).
+    None,
+}
+
+impl Driver {
+    pub fn name(self) -> &'static str {
+        match self {
+            Driver::C => "c",
+            Driver::Rust => "rust",
+            Driver::None => "none",
+        }
+    }
+
+    pub fn module(self) -> Option<&'static str> {
+        match self {
+            Driver::C => Some("ublk_drv"),
+            Driver::Rust => Some("rust_ublk"),
+            Driver::None => None,
+        }
+    }
+}
+
+pub enum Mode {
+    Selftest {
+        tests: Vec<String>,
+        test_timeout_s: u64,
+    },
+    Command(String),
+    Shell,
+}
+
+pub struct Job {
+    pub dir: PathBuf,
+    pub initramfs: PathBuf,
+}
+
+impl Job {
+    pub fn results(&self) -> PathBuf {
+        self.dir.join("results.ktap")
+    }
+    pub fn dmesg(&self) -> PathBuf {
+        self.dir.join("dmesg.txt")
+    }
+    pub fn console(&self) -> PathBuf {
+        self.dir.join("console.log")
+    }
+    /// Exit status the guest recorded, if it got that far.
+    pub fn status(&self) -> Option<String> {
+        std::fs::read_to_string(self.dir.join("status"))
+            .ok()
+            .map(|s| s.trim().to_string())
+    }
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// Creates a fresh job directory under `layout.runs()`.
+pub fn create(
+    layout: &Layout,
+    name: &str,
+    kernel: &Outputs,
+    userland: &Userland,
+    driver: Driver,
+    mode: &Mode,
+) -> Result<Job> {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let dir = layout.runs().join(format!("{stamp}-{name}"));
+    std::fs::create_dir_all(&dir)?;
+    let moddir = kernel.modroot.join("lib/modules").join(&kernel.release);
+    let (mode_name, timeout) = match mode {
+        Mode::Selftest {
+            tests,
+            test_timeout_s,
+        } => {
+            std::fs::write(dir.join("tests.txt"), tests.join("\n") + "\n")?;
+            ("selftest", *test_timeout_s)
+        }
+        Mode::Command(c) => {
+            std::fs::write(dir.join("command.sh"), format!("{c}\n"))?;
+            ("command", 0)
+        }
+        Mode::Shell => ("shell", 0),
+    };
+    let env = [
+        ("MODE", mode_name.to_string()),
+        ("DRIVER", driver.name().to_string()),
+        ("MODDIR", moddir.display().to_string()),
+        ("SELFTESTS", userland.selftests.display().to_string()),
+        ("EXTRAS", userland.extras.display().to_string()),
+        ("TEST_TIMEOUT", timeout.to_string()),
+    ];
+    let text: String = env
+        .iter()
+        .map(|(k, v)| format!("{k}={}\n", shell_quote(v)))
+        .collect();
+    std::fs::write(dir.join("job.env"), text)?;
+    std::fs::copy(layout.guest_script("run.sh"), dir.join("guest-run.sh"))?;
+    let initramfs = super::write_initramfs(&dir, &layout.guest_script("init.sh"))?;
+    Ok(Job { dir, initramfs })
+}
+
+/// Newest job directories beyond `keep` are left; older ones are removed.
+pub fn prune(runs: &Path, keep: usize) {
+    let Ok(rd) = std::fs::read_dir(runs) else {
+        return;
+    };
+    let mut dirs: Vec<PathBuf> = rd
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    let n = dirs.len();
+    for d in dirs.into_iter().take(n.saturating_sub(keep)) {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+    }
+}

@@ -1,0 +1,85 @@
+//! Booting the test guest in QEMU.
+//!
+//! The guest is our own QEMU line rather than virtme-ng: the kernel gets a
+//! tiny busybox initramfs (see init.sh) that mounts the host's / over
+//! virtio-9p read-only under a tmpfs overlay, plus a writable 9p share for
+//! the job directory. That keeps what virtme-ng offers (the host's binaries
+//! in the guest, no image to build) while removing the parts that failed in
+//! the hand-run: no kernel command line limit for the test list, no exit
+//! status through virtio-serial, no Python dependency, and the harness owns
+//! the console, every timeout and the kill.
+
+pub mod accel;
+pub mod initramfs;
+pub mod job;
+mod process;
+
+pub use accel::Accel;
+pub use process::{run_watched, Ending, Limits, Outcome};
+
+use anyhow::Result;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::kbuild::Outputs;
+
+/// What to boot and how.
+pub struct Guest<'a> {
+    pub kernel: &'a Outputs,
+    pub job_dir: &'a Path,
+    pub initramfs: PathBuf,
+    pub accel: &'a Accel,
+    pub cpus: u32,
+    pub memory_mb: u32,
+    /// Extra kernel command line words.
+    pub cmdline: Vec<String>,
+}
+
+pub const DEFAULT_CPUS: u32 = 2;
+pub const DEFAULT_MEMORY_MB: u32 = 3072;
+
+impl Guest<'_> {
+    pub fn command(&self) -> Command {
+        let mut c = Command::new("qemu-system-x86_64");
+        c.args([
+            "-nodefaults",
+            "-no-user-config",
+            "-display",
+            "none",
+            "-no-reboot",
+        ]);
+        match self.accel {
+            Accel::Kvm => c.args(["-accel", "kvm", "-cpu", "host"]),
+            Accel::Tcg { .. } => c.args(["-accel", "tcg,thread=multi", "-cpu", "max"]),
+        };
+        c.arg("-smp").arg(self.cpus.to_string());
+        c.arg("-m").arg(format!("{}M", self.memory_mb));
+        c.arg("-kernel").arg(&self.kernel.bzimage);
+        c.arg("-initrd").arg(&self.initramfs);
+        let mut append = vec![
+            "console=ttyS0".to_string(),
+            "loglevel=5".into(),
+            "panic=-1".into(),
+            "rdinit=/init".into(),
+            format!("xtask.job={}", self.job_dir.display()),
+        ];
+        append.extend(self.cmdline.iter().cloned());
+        c.arg("-append").arg(append.join(" "));
+        c.args(["-serial", "stdio"]);
+        c.arg("-virtfs")
+            .arg("local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap");
+        c.arg("-virtfs").arg(format!(
+            "local,path={},mount_tag=job,security_model=none,multidevs=remap",
+            self.job_dir.display()
+        ));
+        c
+    }
+}
+
+/// Writes the initramfs for the guest into `dir` and returns its path.
+pub fn write_initramfs(dir: &Path, init_script: &Path) -> Result<PathBuf> {
+    let img = initramfs::build(Path::new("/bin/busybox"), init_script)?;
+    let path = dir.join("initramfs.cpio");
+    std::fs::write(&path, img)?;
+    Ok(path)
+}

@@ -1,0 +1,210 @@
+//! Running QEMU (or any command) under a watchdog: console captured to a
+//! file and handed line by line to the caller, a limit on the whole run and
+//! a limit on the time without progress. A guest that hangs or panics ends
+//! the run with a reason; it never hangs the harness.
+
+use anyhow::{Context, Result};
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// The whole run.
+    pub total: Duration,
+    /// Longest time without a progress line (`xtask: start ...` or a KTAP
+    /// result); `None` for no such limit.
+    pub stall: Option<Duration>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// The process exited by itself with this status.
+    Exited(Option<i32>),
+    /// The watchdog killed it.
+    Killed(String),
+}
+
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub ending: Ending,
+    pub elapsed: Duration,
+    /// Last progress marker seen (`xtask: start N name`).
+    pub last_started: Option<String>,
+}
+
+fn is_progress(line: &str) -> Option<Option<String>> {
+    if let Some(pos) = line.find("xtask: start ") {
+        return Some(Some(line[pos + "xtask: start ".len()..].trim().to_string()));
+    }
+    let l = line.trim_start();
+    (l.starts_with("ok ") || l.starts_with("not ok ")).then_some(None)
+}
+
+/// Runs `cmd` with stdout (the guest console) captured to `console` and
+/// passed to `on_line`; stdin is /dev/null.
+pub fn run_watched(
+    mut cmd: Command,
+    limits: &Limits,
+    console: &Path,
+    mut on_line: impl FnMut(&str),
+) -> Result<Outcome> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {:?}", cmd.get_program()))?;
+    let mut log = std::fs::File::create(console)?;
+    let (tx, rx) = mpsc::channel::<String>();
+    let stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let tx2 = tx.clone();
+    let reader = std::thread::spawn(move || {
+        let mut r = BufReader::new(stdout);
+        let mut buf = Vec::new();
+        while r.read_until(b'\n', &mut buf).unwrap_or(0) > 0 {
+            let _ = tx.send(String::from_utf8_lossy(&buf).trim_end().to_string());
+            buf.clear();
+        }
+    });
+    let err_reader = std::thread::spawn(move || {
+        for l in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx2.send(format!("[host stderr] {l}"));
+        }
+    });
+    let start = Instant::now();
+    let mut last_progress = Instant::now();
+    let mut last_started = None;
+    let mut ending = None;
+    loop {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(line) => {
+                writeln!(log, "{line}")?;
+                if let Some(started) = is_progress(&line) {
+                    last_progress = Instant::now();
+                    if started.is_some() {
+                        last_started = started;
+                    }
+                }
+                on_line(&line);
+                continue;
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {}
+        }
+        if let Some(st) = child.try_wait()? {
+            ending = Some(Ending::Exited(st.code()));
+        } else if start.elapsed() > limits.total {
+            ending = Some(Ending::Killed(format!(
+                "whole run exceeded {}s",
+                limits.total.as_secs()
+            )));
+        } else if let Some(stall) = limits.stall {
+            if last_progress.elapsed() > stall {
+                ending = Some(Ending::Killed(format!(
+                    "no progress for {}s (last started: {})",
+                    stall.as_secs(),
+                    last_started.as_deref().unwrap_or("nothing")
+                )));
+            }
+        }
+        if let Some(e) = &ending {
+            if matches!(e, Ending::Killed(_)) {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            break;
+        }
+    }
+    // Drain what is left of the output.
+    let _ = reader.join();
+    let _ = err_reader.join();
+    while let Ok(line) = rx.try_recv() {
+        writeln!(log, "{line}")?;
+        on_line(&line);
+    }
+    Ok(Outcome {
+        ending: ending.unwrap(),
+        elapsed: start.elapsed(),
+        last_started,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str) -> Command {
+        let mut c = Command::new("sh");
+        c.args(["-c", script]);
+        c
+    }
+
+    #[test]
+    fn normal_exit_is_reported_with_status() {
+        let d = tempfile::tempdir().unwrap();
+        let mut lines = Vec::new();
+        let limits = Limits {
+            total: Duration::from_secs(20),
+            stall: None,
+        };
+        let o = run_watched(
+            sh("echo hello; echo 'ok 1 a'; exit 3"),
+            &limits,
+            &d.path().join("c"),
+            |l| lines.push(l.to_string()),
+        )
+        .unwrap();
+        assert_eq!(o.ending, Ending::Exited(Some(3)));
+        assert_eq!(lines, ["hello", "ok 1 a"]);
+        let saved = std::fs::read_to_string(d.path().join("c")).unwrap();
+        assert_eq!(saved, "hello\nok 1 a\n");
+    }
+
+    #[test]
+    fn stall_kills_and_names_the_test() {
+        let d = tempfile::tempdir().unwrap();
+        let limits = Limits {
+            total: Duration::from_secs(30),
+            stall: Some(Duration::from_secs(1)),
+        };
+        let t = Instant::now();
+        let o = run_watched(
+            sh("echo 'xtask: start 3 test_hang.sh'; exec sleep 60"),
+            &limits,
+            &d.path().join("c"),
+            |_| {},
+        )
+        .unwrap();
+        assert!(t.elapsed() < Duration::from_secs(10));
+        match o.ending {
+            Ending::Killed(why) => assert!(why.contains("3 test_hang.sh"), "{why}"),
+            e => panic!("not killed: {e:?}"),
+        }
+        assert_eq!(o.last_started.as_deref(), Some("3 test_hang.sh"));
+    }
+
+    #[test]
+    fn total_limit_kills_even_with_progress() {
+        let d = tempfile::tempdir().unwrap();
+        let limits = Limits {
+            total: Duration::from_secs(2),
+            stall: Some(Duration::from_secs(1)),
+        };
+        let o = run_watched(
+            sh("while true; do echo 'ok 1 x'; sleep 0.2; done"),
+            &limits,
+            &d.path().join("c"),
+            |_| {},
+        )
+        .unwrap();
+        assert!(
+            matches!(o.ending, Ending::Killed(ref w) if w.contains("whole run")),
+            "{:?}",
+            o.ending
+        );
+    }
+}

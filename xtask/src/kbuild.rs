@@ -1,0 +1,183 @@
+//! Running kbuild: configuration, the build with progress lines, headers and
+//! module installation, and the "nothing changed" stamp.
+
+use anyhow::{bail, Context, Result};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::progress::{detail, fmt_duration, phase};
+
+/// How to invoke make on the prepared tree.
+#[derive(Clone, Debug)]
+pub struct Make {
+    pub tree: PathBuf,
+    /// Value of `LLVM=` (e.g. `-19`).
+    pub llvm: String,
+    pub jobs: usize,
+}
+
+impl Make {
+    fn command(&self, out: &Path, targets: &[&str]) -> Command {
+        let mut c = Command::new("make");
+        c.current_dir(&self.tree)
+            .arg(format!("O={}", out.display()))
+            .arg(format!("LLVM={}", self.llvm))
+            .arg(format!("-j{}", self.jobs))
+            .args(targets)
+            .env("LIBCLANG_PATH", crate::prereq::LIBCLANG_PATH);
+        c
+    }
+
+    /// Runs make; output is shown only if it fails.
+    pub fn run_quiet(&self, out: &Path, targets: &[&str]) -> Result<()> {
+        let o = self
+            .command(out, targets)
+            .output()
+            .context("running make")?;
+        if !o.status.success() {
+            std::io::stderr().write_all(&o.stdout)?;
+            std::io::stderr().write_all(&o.stderr)?;
+            bail!("make {} failed ({})", targets.join(" "), o.status);
+        }
+        Ok(())
+    }
+
+    /// Runs make with its stdout in `log` and a progress line every 20 s;
+    /// stderr (warnings, errors) goes to the terminal as it comes.
+    pub fn run_logged(&self, out: &Path, targets: &[&str], log: &Path) -> Result<()> {
+        let mut child = self
+            .command(out, targets)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("running make")?;
+        let mut logf = std::fs::File::create(log)?;
+        let stdout = child.stdout.take().unwrap();
+        let start = Instant::now();
+        let mut last = Instant::now();
+        let mut steps = 0usize;
+        for line in BufReader::new(stdout).lines() {
+            let line = line?;
+            writeln!(logf, "{line}")?;
+            steps += 1;
+            if last.elapsed() >= Duration::from_secs(20) {
+                last = Instant::now();
+                detail(format!(
+                    "{steps} steps, {} elapsed; now: {}",
+                    fmt_duration(start.elapsed()),
+                    line.trim()
+                ));
+            }
+        }
+        let st = child.wait()?;
+        if !st.success() {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(25).collect();
+            eprintln!("--- last lines of {} ---", log.display());
+            for l in tail.iter().rev() {
+                eprintln!("{l}");
+            }
+            bail!(
+                "make {} failed ({st}); full log: {}",
+                targets.join(" "),
+                log.display()
+            );
+        }
+        detail(format!(
+            "make {} done in {}",
+            targets.join(" "),
+            fmt_duration(start.elapsed())
+        ));
+        Ok(())
+    }
+}
+
+/// What a finished build provides.
+#[derive(Clone, Debug)]
+pub struct Outputs {
+    pub out: PathBuf,
+    pub bzimage: PathBuf,
+    pub release: String,
+    /// `INSTALL_MOD_PATH` root; modules are in lib/modules/<release>.
+    pub modroot: PathBuf,
+    /// Exported UAPI headers (`make headers`).
+    pub headers: PathBuf,
+}
+
+impl Outputs {
+    pub fn for_dir(out: &Path) -> Result<Self> {
+        let release = std::fs::read_to_string(out.join("include/config/kernel.release"))
+            .context("kernel not built yet (no include/config/kernel.release)")?
+            .trim()
+            .to_string();
+        Ok(Outputs {
+            out: out.to_path_buf(),
+            bzimage: out.join("arch/x86/boot/bzImage"),
+            modroot: out.join("modroot"),
+            headers: out.join("usr/include"),
+            release,
+        })
+    }
+
+    pub fn modules(&self) -> Vec<PathBuf> {
+        let mut v = Vec::new();
+        let dir = self.modroot.join("lib/modules").join(&self.release);
+        collect_ko(&dir, &mut v);
+        v.sort();
+        v
+    }
+}
+
+fn collect_ko(dir: &Path, v: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() && !p.is_symlink() {
+            collect_ko(&p, v);
+        } else if p.extension().is_some_and(|e| e == "ko") {
+            v.push(p);
+        }
+    }
+}
+
+/// Builds bzImage, modules, headers and the module install tree, unless the
+/// stamp says this exact tree commit and config were already built.
+pub fn build(make: &Make, out: &Path, tree_head: &str, config_fp: &str) -> Result<Outputs> {
+    let stamp_file = out.join(".xtask-built");
+    let stamp = format!("{tree_head} {config_fp} {}\n", make.llvm);
+    if std::fs::read_to_string(&stamp_file).ok().as_deref() == Some(stamp.as_str())
+        && out.join("arch/x86/boot/bzImage").exists()
+    {
+        phase("kernel build up to date");
+        return Outputs::for_dir(out);
+    }
+    let _ = std::fs::remove_file(&stamp_file);
+    phase(format!(
+        "building bzImage and modules (LLVM={}, -j{}) in {}",
+        make.llvm,
+        make.jobs,
+        out.display()
+    ));
+    make.run_logged(out, &["bzImage", "modules"], &out.join("build.log"))?;
+    phase("exporting UAPI headers and installing modules");
+    make.run_quiet(out, &["headers"])?;
+    let outputs = Outputs::for_dir(out)?;
+    let moddir = outputs.modroot.join("lib/modules");
+    if moddir.exists() {
+        std::fs::remove_dir_all(&moddir)?;
+    }
+    make.run_quiet(
+        out,
+        &[
+            "modules_install",
+            &format!("INSTALL_MOD_PATH={}", outputs.modroot.display()),
+            "INSTALL_MOD_STRIP=1",
+        ],
+    )?;
+    std::fs::write(stamp_file, stamp)?;
+    Ok(outputs)
+}

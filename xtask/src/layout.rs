@@ -1,0 +1,137 @@
+//! Where things live: the repository, the prepared kernel tree, build
+//! directories, the download cache, and how repository files map into the
+//! kernel tree. This is the one place that mapping is written down.
+
+use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+
+/// How a top-level directory of this repository lands in the kernel tree.
+/// Files under these directories are new files; changes to files that exist
+/// upstream live only in `patches/`.
+pub const OVERLAY: &[(&str, &str)] = &[
+    ("drivers", "drivers"),
+    ("rust", "rust"),
+    ("Documentation", "Documentation"),
+    ("selftests", "tools/testing/selftests/ublk"),
+];
+
+/// Directory of patch series, applied in lexicographic order of series
+/// directories and then of files; cover letters are not applied.
+pub const PATCHES: &str = "patches";
+
+/// Kernel config fragments kept with the xtask.
+pub const CONFIGS: &str = "xtask/configs";
+
+#[derive(Clone, Debug)]
+pub struct Layout {
+    /// Root of this repository.
+    pub repo: PathBuf,
+    /// Work directory: prepared tree and build outputs (default `target/kernel`).
+    pub work: PathBuf,
+    /// Download cache, shared between clones (default `~/.cache/ublk-xtask`).
+    pub cache: PathBuf,
+}
+
+impl Layout {
+    pub fn discover(work_dir: Option<PathBuf>) -> Result<Self> {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .context("xtask has no parent directory")?
+            .to_path_buf();
+        let work = match work_dir.or_else(|| std::env::var_os("UBLK_XTASK_WORK").map(Into::into)) {
+            Some(w) => absolute(&w)?,
+            None => repo.join("target/kernel"),
+        };
+        let cache = match std::env::var_os("UBLK_XTASK_CACHE") {
+            Some(c) => PathBuf::from(c),
+            None => {
+                let base = std::env::var_os("XDG_CACHE_HOME")
+                    .map(PathBuf::from)
+                    .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+                    .unwrap_or_else(|| repo.join("target"));
+                base.join("ublk-xtask")
+            }
+        };
+        Ok(Layout { repo, work, cache })
+    }
+
+    /// The prepared kernel tree (a git repository).
+    pub fn tree(&self) -> PathBuf {
+        self.work.join("linux")
+    }
+
+    /// Kernel build output directory (`O=`) for a config flavour.
+    pub fn build_dir(&self, flavour: &str) -> PathBuf {
+        self.work.join(format!("build-{flavour}"))
+    }
+
+    /// Downloaded .deb files.
+    pub fn debs(&self) -> PathBuf {
+        self.cache.join("debs")
+    }
+
+    /// Private apt state (lists, cache, sources list).
+    pub fn apt(&self) -> PathBuf {
+        self.cache.join("apt")
+    }
+
+    /// Userspace built for the guest (kublk, selftests, sysroots).
+    pub fn userland(&self) -> PathBuf {
+        self.work.join("userland")
+    }
+
+    /// Per-run results directories.
+    pub fn runs(&self) -> PathBuf {
+        self.work.join("runs")
+    }
+
+    pub fn config_fragment(&self, name: &str) -> PathBuf {
+        self.repo.join(CONFIGS).join(format!("{name}.config"))
+    }
+
+    pub fn guest_script(&self, name: &str) -> PathBuf {
+        self.repo.join("xtask/guest").join(name)
+    }
+}
+
+fn absolute(p: &Path) -> Result<PathBuf> {
+    if p.is_absolute() {
+        Ok(p.to_path_buf())
+    } else {
+        Ok(std::env::current_dir()?.join(p))
+    }
+}
+
+/// Maps a repository-relative path to its path in the kernel tree, if it is
+/// under one of the overlay directories.
+pub fn overlay_target(rel: &Path) -> Option<PathBuf> {
+    let mut comps = rel.components();
+    let top = comps.next()?.as_os_str().to_str()?;
+    let rest = comps.as_path();
+    if rest.as_os_str().is_empty() {
+        return None;
+    }
+    OVERLAY
+        .iter()
+        .find(|(src, _)| *src == top)
+        .map(|(_, dst)| Path::new(dst).join(rest))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlay_mapping() {
+        assert_eq!(
+            overlay_target(Path::new("selftests/test_generic_18.sh")).unwrap(),
+            Path::new("tools/testing/selftests/ublk/test_generic_18.sh")
+        );
+        assert_eq!(
+            overlay_target(Path::new("drivers/block/rust_ublk/ublk.rs")).unwrap(),
+            Path::new("drivers/block/rust_ublk/ublk.rs")
+        );
+        assert!(overlay_target(Path::new("xtask/src/main.rs")).is_none());
+        assert!(overlay_target(Path::new("selftests")).is_none());
+    }
+}

@@ -1,0 +1,38 @@
+//! `cargo xtask`: build and test the ublk drivers (C and Rust) on Linux 7.3.
+//!
+//! Subcommands:
+//! - `build-kernel`: fetch the kernel source, prepare a git tree with this
+//!   repository's overlay files and `patches/` applied, configure and build it.
+//! - `selftest`: build what is stale, boot the kernel in QEMU and run the
+//!   upstream ublk selftests plus ours, reporting KTAP.
+//! - `vm`: boot the same guest with a ublk driver loaded and run a command.
+
+mod apt;
+mod cli;
+mod guest;
+mod kbuild;
+mod kconfig;
+mod ktap;
+mod layout;
+mod pipeline;
+mod prereq;
+mod progress;
+mod selftest;
+mod source;
+mod splat;
+mod tree;
+mod userland;
+mod vm;
+
+use clap::Parser;
+
+fn main() -> std::process::ExitCode {
+    let cli = cli::Cli::parse();
+    match cli::run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! The build pipeline shared by every command: prerequisites, pristine
+//! source, prepared tree, configuration, kernel build.
+
+use anyhow::Result;
+use std::path::PathBuf;
+
+use crate::kbuild::{self, Make, Outputs};
+use crate::layout::Layout;
+use crate::progress::{detail, phase};
+use crate::{kconfig, prereq, source, tree};
+
+/// Kernel config flavours: fragments applied on top of tinyconfig.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Flavour {
+    /// ublk.config: the test guest.
+    Default,
+    /// ublk.config + debug.config: KASAN, lockdep, KFENCE, atomic-sleep checks.
+    Debug,
+}
+
+impl Flavour {
+    pub fn name(self) -> &'static str {
+        match self {
+            Flavour::Default => "default",
+            Flavour::Debug => "debug",
+        }
+    }
+
+    fn fragments(self) -> &'static [&'static str] {
+        match self {
+            Flavour::Default => &["ublk"],
+            Flavour::Debug => &["ublk", "debug"],
+        }
+    }
+}
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct KernelOpts {
+    /// Use this 7.3+ kernel tree instead of Debian's linux-source-7.3 (it is
+    /// copied, never modified).
+    #[arg(long, value_name = "DIR")]
+    pub kernel_src: Option<PathBuf>,
+    /// Config flavour; `debug` builds into its own output directory.
+    #[arg(long = "config", value_enum, default_value = "default")]
+    pub flavour: Flavour,
+    /// Value for make's LLVM= (clang/lld suffix).
+    #[arg(long, default_value = "-19")]
+    pub llvm: String,
+    /// Parallel make jobs (default: all cores).
+    #[arg(long, short = 'j')]
+    pub jobs: Option<usize>,
+    /// Work directory for the prepared tree and builds (default target/kernel,
+    /// or $UBLK_XTASK_WORK).
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
+}
+
+pub fn layout(opts: &KernelOpts) -> Result<Layout> {
+    Layout::discover(opts.work_dir.clone())
+}
+
+pub fn ensure_kernel(layout: &Layout, opts: &KernelOpts) -> Result<Outputs> {
+    prereq::ensure()?;
+    let origin = match &opts.kernel_src {
+        Some(d) => source::Origin::Dir(d.clone()),
+        None => source::Origin::Debian,
+    };
+    let base = source::ensure_base(layout, &origin)?;
+    phase(format!("kernel source: {base}"));
+    let prepared = tree::prepare(layout)?;
+    let tree_dir = layout.tree();
+    prereq::check_min_versions(&tree_dir, &opts.llvm)?;
+    let make = Make {
+        tree: tree_dir,
+        llvm: opts.llvm.clone(),
+        jobs: opts
+            .jobs
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
+    };
+    let out = layout.build_dir(opts.flavour.name());
+    let fragments: Vec<PathBuf> = opts
+        .flavour
+        .fragments()
+        .iter()
+        .map(|f| layout.config_fragment(f))
+        .collect();
+    let config_fp = kconfig::configure(&make, &out, &fragments)?;
+    let outputs = kbuild::build(&make, &out, &prepared.head, &config_fp)?;
+    Ok(outputs)
+}
+
+pub fn summary(o: &Outputs) {
+    let size = std::fs::metadata(&o.bzimage).map(|m| m.len()).unwrap_or(0);
+    phase(format!("kernel {} ready", o.release));
+    detail(format!(
+        "bzImage  {} ({:.1} MiB)",
+        o.bzimage.display(),
+        size as f64 / 1048576.0
+    ));
+    detail(format!("headers  {}", o.headers.display()));
+    for m in o.modules() {
+        detail(format!("module   {}", m.display()));
+    }
+}

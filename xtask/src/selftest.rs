@@ -1,0 +1,560 @@
+//! `cargo xtask selftest`: the upstream ublk selftests plus ours, in QEMU,
+//! against the C and/or the Rust driver, reported as KTAP.
+
+use anyhow::{bail, Result};
+use regex::Regex;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::guest::job::{self, Driver, Job, Mode};
+use crate::guest::{self, Accel, Ending, Guest, Limits, Outcome};
+use crate::kbuild::Outputs;
+use crate::ktap::{self, Status, TestResult};
+use crate::layout::Layout;
+use crate::pipeline::{self, KernelOpts};
+use crate::progress::{detail, fmt_duration, phase};
+use crate::splat::{self, Splat};
+use crate::userland::{self, Userland};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DriverChoice {
+    C,
+    Rust,
+    Both,
+}
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct SelftestOpts {
+    #[command(flatten)]
+    pub kernel: KernelOpts,
+    /// Which ublk driver owns /dev/ublk-control for the run.
+    #[arg(long, value_enum, default_value = "c")]
+    pub driver: DriverChoice,
+    /// Run only tests whose name matches REGEX (repeatable: any may match).
+    #[arg(long = "filter", value_name = "REGEX")]
+    pub filters: Vec<String>,
+    /// List the selected tests and exit.
+    #[arg(long)]
+    pub list: bool,
+    /// A quick subset for iteration.
+    #[arg(long)]
+    pub quick: bool,
+    /// Per-test timeout in the guest, seconds.
+    #[arg(long, default_value_t = 300)]
+    pub test_timeout: u64,
+    /// Limit for the whole run (all boots), seconds.
+    #[arg(long, default_value_t = 75 * 60)]
+    pub timeout: u64,
+}
+
+/// Harness self-checks: boots that must be reported as failures.
+pub const HARNESS_PANIC: &str = "harness_reports_panic";
+pub const HARNESS_WARN: &str = "harness_reports_warn";
+
+/// The `--quick` subset (plus every test of ours from selftests/).
+const QUICK: &[&str] = &[
+    "test_null_01.sh",
+    "test_generic_03.sh",
+    "test_loop_01.sh",
+    "test_stripe_02.sh",
+    "test_batch_02.sh",
+    HARNESS_WARN,
+];
+
+/// Our own test scripts (in the repo's selftests/ directory).
+fn ours(layout: &Layout) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(layout.repo.join("selftests"))
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().to_string())
+                .filter(|n| n.starts_with("test_") && n.ends_with(".sh"))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+pub fn select(all: &[String], ours: &[String], quick: bool, filters: &[Regex]) -> Vec<String> {
+    all.iter()
+        .filter(|t| !quick || QUICK.contains(&t.as_str()) || ours.contains(t))
+        .filter(|t| filters.is_empty() || filters.iter().any(|f| f.is_match(t)))
+        .cloned()
+        .collect()
+}
+
+/// What one boot left behind, judged.
+pub struct Boot {
+    pub status: Option<String>,
+    pub ending: Ending,
+    pub splats: Vec<Splat>,
+}
+
+impl Boot {
+    pub fn failed(&self) -> bool {
+        self.status.as_deref() != Some("0")
+            || !self.splats.is_empty()
+            || matches!(self.ending, Ending::Killed(_))
+    }
+}
+
+/// Splats from the guest's dmesg file and its console (the console also has
+/// what was printed after the last dmesg write, e.g. a panic).
+pub fn boot_splats(job: &Job) -> Vec<Splat> {
+    let mut all = Vec::new();
+    for p in [job.dmesg(), job.console()] {
+        let text = std::fs::read_to_string(&p).unwrap_or_default();
+        for s in splat::scan(&text) {
+            if !all.iter().any(|a: &Splat| a.line == s.line) {
+                all.push(s);
+            }
+        }
+    }
+    all
+}
+
+fn judge(job: &Job, outcome: &Outcome) -> Boot {
+    Boot {
+        status: job.status(),
+        ending: outcome.ending.clone(),
+        splats: boot_splats(job),
+    }
+}
+
+fn tail(path: &Path, n: usize) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
+
+/// What every boot of a run shares.
+struct Ctx<'a> {
+    layout: &'a Layout,
+    kernel: &'a Outputs,
+    userland: &'a Userland,
+    accel: &'a Accel,
+}
+
+impl Ctx<'_> {
+    fn boot(
+        &self,
+        name: &str,
+        driver: Driver,
+        mode: &Mode,
+        limits: &Limits,
+        echo: bool,
+    ) -> Result<(Job, Outcome)> {
+        let job = job::create(self.layout, name, self.kernel, self.userland, driver, mode)?;
+        let g = Guest {
+            kernel: self.kernel,
+            job_dir: &job.dir,
+            initramfs: job.initramfs.clone(),
+            accel: self.accel,
+            cpus: guest::DEFAULT_CPUS,
+            memory_mb: guest::DEFAULT_MEMORY_MB,
+            cmdline: vec![],
+        };
+        let outcome = guest::run_watched(g.command(), limits, &job.console(), |line| {
+            let l = line.trim_start();
+            if echo
+                && (l.starts_with("ok ")
+                    || l.starts_with("not ok ")
+                    || l.starts_with("xtask: driver"))
+            {
+                detail(format!("{name}: {l}"));
+            }
+        })?;
+        Ok((job, outcome))
+    }
+}
+
+/// Runs one harness self-check: a boot that must be reported as failed with
+/// a splat of `kind`.
+fn harness_check(ctx: &Ctx, name: &str) -> Result<TestResult> {
+    let (command, kind) = match name {
+        HARNESS_PANIC => ("echo c > /proc/sysrq-trigger; sleep 60", "panic"),
+        _ => (
+            "modprobe lkdtm && echo WARNING > /sys/kernel/debug/provoke-crash/DIRECT",
+            "WARNING",
+        ),
+    };
+    let start = Instant::now();
+    let limits = Limits {
+        total: Duration::from_secs(240),
+        stall: None,
+    };
+    let mode = Mode::Command(command.into());
+    let (job, outcome) = ctx.boot(name, Driver::None, &mode, &limits, false)?;
+    let boot = judge(&job, &outcome);
+    let found = boot.splats.iter().any(|s| s.kind == kind);
+    let ok = boot.failed() && found;
+    let secs = start.elapsed().as_secs_f64();
+    let detail = if ok {
+        format!("time={secs:.1}s")
+    } else {
+        format!(
+            "injected {kind} not reported (splats: {:?}, status {:?}, {:?}); console {}",
+            boot.splats.iter().map(|s| s.kind).collect::<Vec<_>>(),
+            boot.status,
+            boot.ending,
+            job.console().display()
+        )
+    };
+    Ok(TestResult {
+        number: 0,
+        name: name.into(),
+        status: if ok { Status::Pass } else { Status::Fail },
+        detail,
+        seconds: Some(secs),
+    })
+}
+
+/// Turns one suite boot into per-test results plus a kernel_log result.
+fn suite_results(job: &Job, outcome: &Outcome, tests: &[String], prefix: &str) -> Vec<TestResult> {
+    let report = ktap::parse(&std::fs::read_to_string(job.results()).unwrap_or_default());
+    let boot = judge(job, outcome);
+    let mut out = Vec::new();
+    let died = match (&boot.status, &outcome.ending) {
+        (Some(s), _) if s == "driver-load-failed" => {
+            Some("the ublk driver did not load (see console)".to_string())
+        }
+        (_, Ending::Killed(why)) => Some(format!("guest killed: {why}")),
+        (None, Ending::Exited(code)) => Some(format!(
+            "guest ended without finishing (qemu exit {code:?}; panic?)"
+        )),
+        _ => None,
+    };
+    let mut first_missing = true;
+    for t in tests {
+        let r = match report.results.iter().find(|r| &r.name == t) {
+            Some(r) => r.clone(),
+            None => {
+                let detail = match (&died, first_missing) {
+                    (Some(why), true) => why.clone(),
+                    (Some(_), false) => "not run: the guest died earlier".into(),
+                    (None, _) => "no result reported by the guest".into(),
+                };
+                first_missing = false;
+                TestResult {
+                    number: 0,
+                    name: t.clone(),
+                    status: Status::Fail,
+                    detail,
+                    seconds: None,
+                }
+            }
+        };
+        out.push(TestResult {
+            name: format!("{prefix}{}", r.name),
+            ..r
+        });
+    }
+    let kernel_log = if boot.splats.is_empty() {
+        TestResult {
+            number: 0,
+            name: format!("{prefix}kernel_log"),
+            status: Status::Pass,
+            detail: String::new(),
+            seconds: None,
+        }
+    } else {
+        let what: Vec<String> = boot
+            .splats
+            .iter()
+            .map(|s| format!("{} during {}", s.kind, s.during))
+            .collect();
+        TestResult {
+            number: 0,
+            name: format!("{prefix}kernel_log"),
+            status: Status::Fail,
+            detail: format!("{} splat(s): {}", boot.splats.len(), what.join("; ")),
+            seconds: None,
+        }
+    };
+    out.push(kernel_log);
+    if died.is_some() {
+        println!("# console tail ({}):", job.console().display());
+        for l in tail(&job.console(), 40) {
+            println!("#   {l}");
+        }
+    }
+    for s in &boot.splats {
+        println!(
+            "# splat: {} (line {} of the log, during {}): {}",
+            s.kind, s.lineno, s.during, s.line
+        );
+    }
+    out
+}
+
+pub fn run(opts: &SelftestOpts) -> Result<bool> {
+    let run_start = Instant::now();
+    let layout = pipeline::layout(&opts.kernel)?;
+    let filters: Vec<Regex> = opts
+        .filters
+        .iter()
+        .map(|f| Regex::new(f).map_err(|e| anyhow::anyhow!("--filter {f:?}: {e}")))
+        .collect::<Result<_>>()?;
+    let kernel = pipeline::ensure_kernel(&layout, &opts.kernel)?;
+    let userland = userland::ensure(&layout, &kernel)?;
+    let mut all = userland::test_progs(&layout.tree())?;
+    let ours = ours(&layout);
+    for t in &ours {
+        if !all.contains(t) {
+            bail!("selftests/{t} is not listed in TEST_PROGS of the selftests Makefile (add it in its patch)");
+        }
+    }
+    all.push(HARNESS_PANIC.into());
+    all.push(HARNESS_WARN.into());
+    let selected = select(&all, &ours, opts.quick, &filters);
+    if opts.list {
+        for t in &selected {
+            println!("{t}");
+        }
+        return Ok(true);
+    }
+    if selected.is_empty() {
+        bail!("no test matches the given --filter/--quick selection");
+    }
+    let drivers: Vec<Driver> = match opts.driver {
+        DriverChoice::C => vec![Driver::C],
+        DriverChoice::Rust => vec![Driver::Rust],
+        DriverChoice::Both => vec![Driver::C, Driver::Rust],
+    };
+    for d in &drivers {
+        let m = d.module().unwrap();
+        if !kernel
+            .modules()
+            .iter()
+            .any(|p| p.file_stem().is_some_and(|s| s == m))
+        {
+            bail!(
+                "{m}.ko was not built in {}: the {} driver is not in this kernel",
+                kernel.out.display(),
+                d.name()
+            );
+        }
+    }
+    let accel = guest::accel::probe();
+    phase(format!("QEMU accelerator: {accel}"));
+    job::prune(&layout.runs(), 12);
+
+    let ctx = Ctx {
+        layout: &layout,
+        kernel: &kernel,
+        userland: &userland,
+        accel: &accel,
+    };
+    let mut results: Vec<TestResult> = Vec::new();
+    for h in [HARNESS_PANIC, HARNESS_WARN] {
+        if selected.iter().any(|t| t == h) {
+            phase(format!("harness self-check {h}"));
+            let r = harness_check(&ctx, h)?;
+            detail(ktap::line(&r));
+            results.push(r);
+        }
+    }
+    let suite: Vec<String> = selected
+        .iter()
+        .filter(|t| !t.starts_with("harness_"))
+        .cloned()
+        .collect();
+    let mut job_dirs = Vec::new();
+    if !suite.is_empty() {
+        for d in &drivers {
+            let prefix = if drivers.len() > 1 {
+                format!("{}/", d.name())
+            } else {
+                String::new()
+            };
+            let left = Duration::from_secs(opts.timeout).saturating_sub(run_start.elapsed());
+            phase(format!(
+                "booting {} guest with the {} driver: {} tests, per-test timeout {}s, {} left",
+                accel,
+                d.name(),
+                suite.len(),
+                opts.test_timeout,
+                fmt_duration(left)
+            ));
+            let limits = Limits {
+                total: left,
+                stall: Some(Duration::from_secs(opts.test_timeout + 120)),
+            };
+            let mode = Mode::Selftest {
+                tests: suite.clone(),
+                test_timeout_s: opts.test_timeout,
+            };
+            let name = format!("selftest-{}", d.name());
+            let (job, outcome) = ctx.boot(&name, *d, &mode, &limits, true)?;
+            detail(format!(
+                "guest finished in {} ({:?}; last test started: {})",
+                fmt_duration(outcome.elapsed),
+                outcome.ending,
+                outcome.last_started.as_deref().unwrap_or("none")
+            ));
+            results.extend(suite_results(&job, &outcome, &suite, &prefix));
+            job_dirs.push(job.dir);
+        }
+    }
+
+    println!("KTAP version 1");
+    println!("1..{}", results.len());
+    for (i, r) in results.iter_mut().enumerate() {
+        r.number = i + 1;
+        println!("{}", ktap::line(r));
+    }
+    for d in &job_dirs {
+        println!("# results, logs, console and dmesg: {}", d.display());
+    }
+    let report = ktap::Report {
+        plan: Some(results.len()),
+        results,
+    };
+    let (p, f, s) = (
+        report.count(Status::Pass),
+        report.count(Status::Fail) + report.count(Status::Timeout),
+        report.count(Status::Skip),
+    );
+    println!("# total time {}", fmt_duration(run_start.elapsed()));
+    println!("selftest: {p} passed, {f} failed, {s} skipped");
+    Ok(f == 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn selection() {
+        let all = names(&[
+            "test_null_01.sh",
+            "test_null_02.sh",
+            "test_generic_18.sh",
+            HARNESS_WARN,
+        ]);
+        let ours = names(&["test_generic_18.sh"]);
+        assert_eq!(select(&all, &ours, false, &[]), all);
+        assert_eq!(
+            select(&all, &ours, true, &[]),
+            names(&["test_null_01.sh", "test_generic_18.sh", HARNESS_WARN])
+        );
+        let f = [Regex::new("null").unwrap(), Regex::new("_18").unwrap()];
+        assert_eq!(
+            select(&all, &ours, false, &f),
+            names(&["test_null_01.sh", "test_null_02.sh", "test_generic_18.sh"])
+        );
+    }
+
+    fn fake_job(results: &str, status: Option<&str>, dmesg: &str) -> (tempfile::TempDir, Job) {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("results.ktap"), results).unwrap();
+        if let Some(s) = status {
+            std::fs::write(d.path().join("status"), s).unwrap();
+        }
+        std::fs::write(d.path().join("dmesg.txt"), dmesg).unwrap();
+        std::fs::write(d.path().join("console.log"), "").unwrap();
+        let job = Job {
+            dir: d.path().to_path_buf(),
+            initramfs: d.path().join("i"),
+        };
+        (d, job)
+    }
+
+    fn outcome(ending: Ending) -> Outcome {
+        Outcome {
+            ending,
+            elapsed: Duration::from_secs(1),
+            last_started: None,
+        }
+    }
+
+    #[test]
+    fn clean_boot() {
+        let (_d, job) = fake_job(
+            "KTAP version 1\n1..2\nok 1 a\nok 2 b # SKIP no fio\n",
+            Some("0"),
+            "[1.0] hello\n",
+        );
+        let r = suite_results(
+            &job,
+            &outcome(Ending::Exited(Some(0))),
+            &names(&["a", "b"]),
+            "",
+        );
+        let st: Vec<Status> = r.iter().map(|r| r.status).collect();
+        assert_eq!(st, [Status::Pass, Status::Skip, Status::Pass]);
+        assert_eq!(r[2].name, "kernel_log");
+    }
+
+    #[test]
+    fn splat_fails_the_run_even_if_tests_pass() {
+        let dmesg = "[1.0] xtask: start a\n[1.1] WARNING: CPU: 0 PID: 9 at drivers/block/ublk_drv.c:10 f+0x1/0x2\n";
+        let (_d, job) = fake_job("KTAP version 1\n1..1\nok 1 a\n", Some("0"), dmesg);
+        let r = suite_results(
+            &job,
+            &outcome(Ending::Exited(Some(0))),
+            &names(&["a"]),
+            "c/",
+        );
+        assert_eq!(r[0].status, Status::Pass);
+        assert_eq!(r[1].name, "c/kernel_log");
+        assert_eq!(r[1].status, Status::Fail);
+        assert!(r[1].detail.contains("WARNING during a"), "{}", r[1].detail);
+    }
+
+    #[test]
+    fn panic_mid_run_fails_running_and_remaining_tests() {
+        let dmesg =
+            "[1.0] xtask: start b\n[1.1] Kernel panic - not syncing: sysrq triggered crash\n";
+        let (_d, job) = fake_job("KTAP version 1\n1..3\nok 1 a\n", None, dmesg);
+        let r = suite_results(
+            &job,
+            &outcome(Ending::Exited(Some(0))),
+            &names(&["a", "b", "c"]),
+            "",
+        );
+        let st: Vec<Status> = r.iter().map(|r| r.status).collect();
+        assert_eq!(st, [Status::Pass, Status::Fail, Status::Fail, Status::Fail]);
+        assert!(r[1].detail.contains("without finishing"), "{}", r[1].detail);
+        assert!(r[2].detail.contains("not run"));
+        assert!(r[3].detail.contains("panic during b"), "{}", r[3].detail);
+    }
+
+    #[test]
+    fn hang_reports_the_watchdog_reason() {
+        let (_d, job) = fake_job("KTAP version 1\n1..1\n", None, "");
+        let r = suite_results(
+            &job,
+            &outcome(Ending::Killed(
+                "no progress for 420s (last started: 1 a)".into(),
+            )),
+            &names(&["a"]),
+            "",
+        );
+        assert_eq!(r[0].status, Status::Fail);
+        assert!(r[0].detail.contains("no progress for 420s"));
+    }
+
+    #[test]
+    fn boot_verdict() {
+        let b = Boot {
+            status: Some("0".into()),
+            ending: Ending::Exited(Some(0)),
+            splats: vec![],
+        };
+        assert!(!b.failed());
+        let b = Boot {
+            status: None,
+            ending: Ending::Exited(Some(0)),
+            splats: vec![],
+        };
+        assert!(b.failed());
+    }
+}
