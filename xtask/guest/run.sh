@@ -17,7 +17,8 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=/root TERM=${TERM:-linux} TMPDIR=/tmp
 
 say() { echo "xtask: $*"; }
-kmsg() { echo "xtask: $*" > /dev/kmsg; }
+# Markers in the kernel log (KERN_INFO: in dmesg, not on the console).
+kmsg() { echo "<6>xtask: $*" > /dev/kmsg; }
 
 setup() {
 	hostname ublk-guest
@@ -28,7 +29,7 @@ setup() {
 	mkdir -p /dev/pts && mount -t devpts devpts /dev/pts 2>/dev/null
 
 	# Kernel log to the job directory as it is written.
-	dmesg -w --time-format=raw > "$JOB/dmesg.txt" 2>&1 &
+	dmesg -w > "$JOB/dmesg.txt" 2>&1 &
 	DMESG_PID=$!
 
 	# Modules of the kernel under test.
@@ -37,7 +38,8 @@ setup() {
 
 	# udev and sfdisk from Debian packages unpacked on the host.
 	if [ -n "${EXTRAS:-}" ] && [ -d "$EXTRAS" ]; then
-		cp -a "$EXTRAS/." / 2>/dev/null
+		# -K: keep the root's /lib -> usr/lib style symlinks.
+		rsync -aK --exclude=.xtask-id "$EXTRAS/" / || say "copying $EXTRAS failed"
 		udevd=$(command -v systemd-udevd || ls /lib/systemd/systemd-udevd /usr/lib/systemd/systemd-udevd 2>/dev/null | head -n1)
 		if [ -x "$udevd" ]; then
 			"$udevd" --daemon >/dev/null 2>&1
@@ -157,6 +159,7 @@ else
 		;;
 	command)
 		kmsg "start command"
+		say "start command" >&2
 		bash "$JOB/command.sh"
 		status=$?
 		kmsg "end command rc=$status"

@@ -86,6 +86,11 @@ const NEEDS: &[Need] = &[
         probe: "dpkg-deb",
         package: "dpkg",
     },
+    // lib.mk installs the selftests with rsync.
+    Need {
+        probe: "rsync",
+        package: "rsync",
+    },
 ];
 
 pub const LIBCLANG_PATH: &str = "/usr/lib/llvm-19/lib";

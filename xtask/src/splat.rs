@@ -187,6 +187,32 @@ mod tests {
         }
     }
 
+    // Real kernel output captured from the test guest (7.3.4, lkdtm and
+    // sysrq), see xtask/fixtures/.
+    #[test]
+    fn real_warn() {
+        let s = scan(include_str!("../fixtures/warn-lkdtm-dmesg.txt"));
+        assert_eq!(s.len(), 1, "{s:?}");
+        assert_eq!(s[0].kind, "WARNING");
+        assert_eq!(s[0].during, "command");
+        assert!(s[0].line.contains("lkdtm_WARNING"));
+    }
+
+    #[test]
+    fn real_panic_on_console() {
+        let s = scan(include_str!("../fixtures/panic-sysrq-console.txt"));
+        assert!(s.iter().any(|s| s.kind == "panic"), "{s:?}");
+    }
+
+    #[test]
+    fn real_oops_and_bug() {
+        let s = scan(include_str!("../fixtures/oops-bug-lkdtm-dmesg.txt"));
+        let kinds: Vec<&str> = s.iter().map(|s| s.kind).collect();
+        assert!(kinds.contains(&"BUG"), "{kinds:?}");
+        assert!(s.iter().any(|s| s.line.contains("kernel BUG at")), "{s:?}");
+        assert!(s.iter().all(|s| s.during == "command"));
+    }
+
     #[test]
     fn separate_reports_are_counted() {
         let mut log =

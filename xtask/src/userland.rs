@@ -118,7 +118,9 @@ fn selftests(layout: &Layout, kernel: &Outputs, sysroot: &Path) -> Result<PathBu
             .arg(format!("OUTPUT={}", build.display()))
             .arg(&khdr)
             .arg(format!("INSTALL_PATH={}", install.display()))
-            .env("CFLAGS", format!("-I{}/usr/include", sysroot.display()))
+            // The Makefile looks for UAPI headers in the source tree's
+            // usr/include; ours are in the build directory.
+            .env("CFLAGS", format!("-I{}/usr/include -isystem {}", sysroot.display(), kernel.headers.display()))
             .env(
                 "LDFLAGS",
                 format!("-L{}/usr/lib/x86_64-linux-gnu", sysroot.display()),

@@ -85,7 +85,12 @@ pub fn create(
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let dir = layout.runs().join(format!("{stamp}-{name}"));
+    let mut dir = layout.runs().join(format!("{stamp}-{name}"));
+    let mut n = 1;
+    while dir.exists() {
+        n += 1;
+        dir = layout.runs().join(format!("{stamp}-{name}.{n}"));
+    }
     std::fs::create_dir_all(&dir)?;
     let moddir = kernel.modroot.join("lib/modules").join(&kernel.release);
     let (mode_name, timeout) = match mode {
