@@ -107,13 +107,34 @@ cleanup_between() {
 	rm -rf /tmp/ublk* 2>/dev/null
 }
 
+# Why a test exited with the skip code: its last line of output, or else
+# the check it ran last (from the xtrace), e.g. a missing program.
+skip_reason() {
+	local log=$1 r
+	r=$(grep -v '^[[:space:]]*$' "$log" | tail -n 1)
+	if [ -z "$r" ] && [ -f "$log.trace" ]; then
+		r=$(awk '
+			/^\++ exit / {
+				for (i = n; i > n - 4 && i > 0; i--) {
+					if (l[i] ~ /^_have_program /) { split(l[i], w, " "); print w[2] " not installed"; exit }
+					if (l[i] ~ /^_have_feature /) { split(l[i], w, " "); print "feature " w[2] " not supported"; exit }
+				}
+				print "exit after: " l[n]; exit
+			}
+			/^\++ / { sub(/^\++ /, ""); l[++n] = $0 }' "$log.trace")
+	fi
+	echo "${r:-exited with the skip code, no message}" | tr -d '\r#' | cut -c1-160
+}
+
 run_one() {
 	local n=$1 t=$2 log rc start end secs reason
 	log="$JOB/logs/$t.log"
 	kmsg "start $t"
 	say "start $n $t"
 	start=$(date +%s.%N)
-	(cd "$SELFTESTS" && exec timeout -k 15 "$TEST_TIMEOUT" "./$t") > "$log" 2>&1 </dev/null
+	# xtrace to a separate file: it names the check behind a silent skip.
+	(cd "$SELFTESTS" && BASH_XTRACEFD=9 exec timeout -k 15 "$TEST_TIMEOUT" bash -x "./$t" 9>"$log.trace") \
+		> "$log" 2>&1 </dev/null
 	rc=$?
 	end=$(date +%s.%N)
 	secs=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
@@ -121,7 +142,7 @@ run_one() {
 	case $rc in
 	0) RESULT="ok $n $t # time=${secs}s" ;;
 	4)
-		reason=$(grep -v '^[[:space:]]*$' "$log" | tail -n 1 | tr -d '\r#' | cut -c1-160)
+		reason=$(skip_reason "$log")
 		RESULT="ok $n $t # SKIP ${reason:-no reason given} (${secs}s)"
 		;;
 	124 | 137) RESULT="not ok $n $t # TIMEOUT ${TEST_TIMEOUT}s" ;;

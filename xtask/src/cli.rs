@@ -26,6 +26,8 @@ enum Cmd {
     Selftest(SelftestOpts),
     /// Boot the test guest with a ublk driver loaded; run a command or a shell.
     Vm(VmOpts),
+    /// Copy a patch series for sending: your sign-off, To/Cc, checkpatch.
+    PrepareSend(crate::send::SendOpts),
 }
 
 pub fn run(cli: Cli) -> Result<ExitCode> {
@@ -41,6 +43,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         } else {
             ExitCode::FAILURE
         }),
+        Cmd::PrepareSend(opts) => {
+            crate::send::run(&opts)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Vm(opts) => {
             let code = crate::vm::run(&opts)?;
             Ok(ExitCode::from(

@@ -18,6 +18,7 @@ mod pipeline;
 mod prereq;
 mod progress;
 mod selftest;
+mod send;
 mod source;
 mod splat;
 mod tree;

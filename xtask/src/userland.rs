@@ -120,7 +120,14 @@ fn selftests(layout: &Layout, kernel: &Outputs, sysroot: &Path) -> Result<PathBu
             .arg(format!("INSTALL_PATH={}", install.display()))
             // The Makefile looks for UAPI headers in the source tree's
             // usr/include; ours are in the build directory.
-            .env("CFLAGS", format!("-I{}/usr/include -isystem {}", sysroot.display(), kernel.headers.display()))
+            .env(
+                "CFLAGS",
+                format!(
+                    "-I{}/usr/include -isystem {}",
+                    sysroot.display(),
+                    kernel.headers.display()
+                ),
+            )
             .env(
                 "LDFLAGS",
                 format!("-L{}/usr/lib/x86_64-linux-gnu", sysroot.display()),
