@@ -6,7 +6,8 @@
 # (read-only) under a tmpfs overlay, so the guest runs the host's own
 # binaries (bash, fio, kublk) and can still write anywhere. The job
 # directory (results, logs) is a second, writable 9p share mounted at the
-# same path as on the host. Then it runs the job script and powers off.
+# same path as on the host. Then it switches to that root, runs the job
+# script and powers off.
 
 /bin/busybox mkdir -p /proc /sys /dev /bin
 /bin/busybox --install -s /bin
@@ -45,9 +46,13 @@ mkdir -p "/newroot$job"
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 job "/newroot$job" ||
 	fail "cannot mount the job directory (9p tag job)"
 
-# The job script runs as a child so that PID 1 stays here to power off,
-# whatever the script does.
-chroot /newroot /bin/bash "$job/guest-run.sh" "$job" </dev/console >/dev/console 2>&1
-echo "xtask-init: job script exited with $?"
-sync
-poweroff -f
+# switch_root, not chroot: tools such as udevadm refuse to act when the
+# root of PID 1 differs from theirs. The new PID 1 is the host's static
+# busybox (busybox-static is a prerequisite); it runs the job script as a
+# child and powers off whatever the script does.
+exec switch_root /newroot /bin/busybox sh -c '
+	/bin/bash "$0/guest-run.sh" "$0" </dev/console >/dev/console 2>&1
+	echo "xtask-init: job script exited with $?" >/dev/console
+	sync
+	/bin/busybox poweroff -f' "$job"
+fail "switch_root failed"

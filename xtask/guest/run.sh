@@ -185,6 +185,10 @@ else
 		status=$?
 		kmsg "end command rc=$status"
 		;;
+	bench)
+		# shellcheck source=/dev/null
+		. "$JOB/bench.sh"
+		;;
 	shell)
 		say "interactive shell; exit or Ctrl-D powers the guest off"
 		setsid -c bash -l

@@ -26,6 +26,8 @@ enum Cmd {
     Selftest(SelftestOpts),
     /// Boot the test guest with a ublk driver loaded; run a command or a shell.
     Vm(VmOpts),
+    /// Measure the C series (scheduler, rq_affinity, START_DEV): markdown table.
+    Bench(crate::bench::BenchOpts),
     /// Copy a patch series for sending: your sign-off, To/Cc, checkpatch.
     PrepareSend(crate::send::SendOpts),
 }
@@ -43,6 +45,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         } else {
             ExitCode::FAILURE
         }),
+        Cmd::Bench(opts) => {
+            crate::bench::run(&opts)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::PrepareSend(opts) => {
             crate::send::run(&opts)?;
             Ok(ExitCode::SUCCESS)

@@ -8,6 +8,7 @@
 //! - `vm`: boot the same guest with a ublk driver loaded and run a command.
 
 mod apt;
+mod bench;
 mod cli;
 mod guest;
 mod kbuild;

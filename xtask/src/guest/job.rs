@@ -43,6 +43,8 @@ pub enum Mode {
     },
     Command(String),
     Shell,
+    /// `bench.sh` with these extra variables in job.env.
+    Bench(Vec<(String, String)>),
 }
 
 pub struct Job {
@@ -106,8 +108,12 @@ pub fn create(
             ("command", 0)
         }
         Mode::Shell => ("shell", 0),
+        Mode::Bench(_) => {
+            std::fs::copy(layout.guest_script("bench.sh"), dir.join("bench.sh"))?;
+            ("bench", 0)
+        }
     };
-    let env = [
+    let mut env = vec![
         ("MODE", mode_name.to_string()),
         ("DRIVER", driver.name().to_string()),
         ("MODDIR", moddir.display().to_string()),
@@ -115,6 +121,9 @@ pub fn create(
         ("EXTRAS", userland.extras.display().to_string()),
         ("TEST_TIMEOUT", timeout.to_string()),
     ];
+    if let Mode::Bench(vars) = mode {
+        env.extend(vars.iter().map(|(k, v)| (k.as_str(), v.clone())));
+    }
     let text: String = env
         .iter()
         .map(|(k, v)| format!("{k}={}\n", shell_quote(v)))

@@ -1,0 +1,139 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# Guest side of `cargo xtask bench` (sourced by run.sh in "bench" mode).
+# Every measurement is repeated ROUNDS times, alternating the configurations
+# being compared inside each round, and appended to $JOB/bench.csv as
+# "section,config,round,value". The host computes medians.
+#
+# Sections:
+#  sched:    fio 4k randread qd16 IOPS on 1 and 4 null devices, none vs
+#            mq-deadline (set through sysfs), patched driver
+#  affinity: fio 4k randread IOPS, fio on CPU 0, server on CPU 1, device
+#            with/without UBLK_F_SUPPORT_RQ_AFFINITY, rq_affinity 0/1/2,
+#            iodepth 16 and 96
+#  start:    per device: device_add_disk() time (function_graph) and the
+#            wall time of `kublk add`, NDEV devices, the unpatched 7.3.4
+#            module (default mq-deadline) vs the patched one (default none)
+
+KUBLK="$SELFTESTS/kublk"
+CSV="$JOB/bench.csv"
+: > "$CSV"
+
+log() { echo "bench: $*" >&2; }
+rec() { echo "$1,$2,$3,$4" >> "$CSV"; }
+
+fio_iops() {
+	# fio_iops <iodepth> <dev>...: IOPS of a randread job per device, fio on CPU 0
+	local qd=$1 args=() d i=0
+	shift
+	for d in "$@"; do
+		args+=(--name="j$i" --filename="$d")
+		i=$((i + 1))
+	done
+	taskset -c 0 fio --ioengine=io_uring --direct=1 --bs=4k --rw=randread \
+		--iodepth="$qd" --time_based --runtime="$RUNTIME" --ramp_time=1 \
+		--group_reporting --output-format=terse --terse-version=3 \
+		"${args[@]}" 2>/dev/null | awk -F';' '{ print $8 }'
+}
+
+add_null() {
+	# add_null <extra kublk args...>: prints the new device id
+	local out id
+	out=$("$KUBLK" add -t null -q 1 -d 128 "$@" 2>&1) || { log "kublk add failed: $out"; return 1; }
+	id=$(echo "$out" | sed -n 's/.*dev id \([0-9]*\).*/\1/p' | head -n 1)
+	[ -n "$id" ] || id=$("$KUBLK" list 2>/dev/null | sed -n 's/.*dev id \([0-9]*\).*/\1/p' | tail -n 1)
+	echo "$id"
+}
+
+pin_server() {
+	# all threads of the server of device $1 to CPU 1
+	local pid
+	pid=$("$KUBLK" list -n "$1" 2>/dev/null | sed -n 's/.*pid \([0-9]*\).*/\1/p' | head -n 1)
+	[ -n "$pid" ] && taskset -a -p -c 1 "$pid" >/dev/null
+}
+
+del_all() { "$KUBLK" del -a >/dev/null 2>&1; udevadm settle --timeout=30 >/dev/null 2>&1; }
+
+bench_sched() {
+	local r s ids=() id
+	for id in 1 2 3 4; do
+		ids+=("$(add_null)")
+	done
+	for id in "${ids[@]}"; do pin_server "$id"; done
+	udevadm settle --timeout=30 >/dev/null 2>&1
+	for r in $(seq "$ROUNDS"); do
+		for s in mq-deadline none; do
+			for id in "${ids[@]}"; do echo "$s" > "/sys/block/ublkb$id/queue/scheduler"; done
+			rec sched "$s/1dev" "$r" "$(fio_iops 16 "/dev/ublkb${ids[0]}")"
+			rec sched "$s/4dev" "$r" "$(fio_iops 16 "${ids[@]/#/\/dev\/ublkb}")"
+			log "sched round $r $s done"
+		done
+	done
+	del_all
+}
+
+bench_affinity() {
+	local r flag rqa qd id_flag id_plain id
+	id_plain=$(add_null)
+	id_flag=$(add_null $FLAG_OPT) || return 1
+	for id in "$id_plain" "$id_flag"; do pin_server "$id"; done
+	udevadm settle --timeout=30 >/dev/null 2>&1
+	for r in $(seq "$ROUNDS"); do
+		for qd in 16 96; do
+			for rqa in 0 1 2; do
+				for flag in without with; do
+					id=$id_plain
+					[ "$flag" = with ] && id=$id_flag
+					echo "$rqa" > "/sys/block/ublkb$id/queue/rq_affinity"
+					rec affinity "qd$qd/rqa$rqa/$flag" "$r" "$(fio_iops "$qd" "/dev/ublkb$id")"
+				done
+			done
+		done
+		log "affinity round $r done"
+	done
+	del_all
+}
+
+start_devices() {
+	# start_devices <label> <round>: add NDEV devices, record timings, delete
+	local label=$1 r=$2 i t0 t1 tr=/sys/kernel/tracing
+	echo 0 > $tr/tracing_on
+	echo > $tr/trace
+	echo device_add_disk > $tr/set_graph_function
+	echo 1 > $tr/max_graph_depth
+	echo function_graph > $tr/current_tracer
+	echo 1 > $tr/tracing_on
+	for i in $(seq "$NDEV"); do
+		t0=$(date +%s%N)
+		add_null >/dev/null || break
+		t1=$(date +%s%N)
+		rec start "$label/kublk-add-ms" "$r" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", (b - a) / 1e6 }')"
+	done
+	echo 0 > $tr/tracing_on
+	# "  1) ! 8530.123 us |  device_add_disk();"
+	awk '/device_add_disk/ { for (i = 1; i <= NF; i++) if ($i == "us") { v = $(i - 1); print v / 1000 } }' $tr/trace |
+		while read -r ms; do rec start "$label/add_disk-ms" "$r" "$ms"; done
+	echo nop > $tr/current_tracer
+	echo > $tr/set_graph_function
+	del_all
+}
+
+bench_start() {
+	local r
+	for r in $(seq "$ROUNDS"); do
+		rmmod ublk_drv 2>/dev/null
+		insmod "$BASE_MODULE" || { log "cannot load $BASE_MODULE"; return 1; }
+		start_devices unpatched "$r"
+		rmmod ublk_drv
+		modprobe ublk_drv || return 1
+		start_devices patched "$r"
+		log "start round $r done"
+	done
+}
+
+log "rounds=$ROUNDS runtime=${RUNTIME}s ndev=$NDEV flag option '$FLAG_OPT'"
+bench_sched
+bench_affinity
+bench_start
+log "done"
