@@ -218,6 +218,7 @@ pub fn prepare(layout: &Layout) -> Result<Prepared> {
         git(&sh)
             .args(["cat-file", "-e"])
             .arg(format!("base:{}", rel.display()))
+            .ignore_stderr()
             .run()
             .is_ok()
     };
@@ -321,5 +322,102 @@ mod tests {
                 "02-b/0002-y.patch"
             ]
         );
+    }
+}
+
+#[cfg(test)]
+mod prepare_tests {
+    use super::*;
+    use std::process::Command;
+
+    fn sh(dir: &Path, script: &str) {
+        let st = Command::new("sh")
+            .current_dir(dir)
+            .args(["-ec", script])
+            .status()
+            .unwrap();
+        assert!(st.success(), "{script}");
+    }
+
+    /// A fake kernel tree with a `base` tag and a repo with patches/overlay.
+    fn fixture() -> (tempfile::TempDir, Layout) {
+        let d = tempfile::tempdir().unwrap();
+        let repo = d.path().join("repo");
+        let work = d.path().join("work");
+        let tree = work.join("linux");
+        std::fs::create_dir_all(tree.join("drivers/block")).unwrap();
+        std::fs::create_dir_all(repo.join("selftests")).unwrap();
+        std::fs::write(tree.join("drivers/block/ublk_drv.c"), "int x;\n").unwrap();
+        sh(
+            &tree,
+            "git init -q && git add -A && git -c user.name=t -c user.email=t@t commit -qm base && git tag base",
+        );
+        // A patch made the way format-patch makes them, with a new file.
+        sh(
+            &tree,
+            "git checkout -q -b tmp && echo 'int y;' >> drivers/block/ublk_drv.c && mkdir -p tools/testing/selftests/ublk \
+             && printf 'new\\n' > tools/testing/selftests/ublk/test_new.sh && git add -A \
+             && git -c user.name=t -c user.email=t@t commit -qm 'ublk: y' \
+             && mkdir -p ../../repo/patches/01-s && git format-patch -q -o ../../repo/patches/01-s base \
+             && git checkout -q --detach base && git branch -q -D tmp",
+        );
+        let layout = Layout {
+            repo,
+            work,
+            cache: d.path().join("cache"),
+        };
+        (d, layout)
+    }
+
+    #[test]
+    fn applies_patches_and_overlay_then_is_a_no_op() {
+        let (_d, layout) = fixture();
+        std::fs::write(layout.repo.join("selftests/test_new.sh"), "new\n").unwrap();
+        std::fs::write(layout.repo.join("selftests/test_ours.sh"), "ours\n").unwrap();
+        let first = prepare(&layout).unwrap();
+        let tree = layout.tree();
+        assert_eq!(
+            std::fs::read_to_string(tree.join("drivers/block/ublk_drv.c")).unwrap(),
+            "int x;\nint y;\n"
+        );
+        assert!(tree
+            .join("tools/testing/selftests/ublk/test_ours.sh")
+            .exists());
+        let untouched = std::fs::metadata(tree.join("drivers/block/ublk_drv.c"))
+            .unwrap()
+            .modified()
+            .unwrap();
+        let second = prepare(&layout).unwrap();
+        assert_eq!(first.head, second.head);
+        // Changing one overlay file rewrites only that file.
+        std::fs::write(layout.repo.join("selftests/test_ours.sh"), "ours v2\n").unwrap();
+        prepare(&layout).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(tree.join("tools/testing/selftests/ublk/test_ours.sh"))
+                .unwrap(),
+            "ours v2\n"
+        );
+        let after = std::fs::metadata(tree.join("drivers/block/ublk_drv.c"))
+            .unwrap()
+            .modified()
+            .unwrap();
+        assert_eq!(untouched, after);
+    }
+
+    #[test]
+    fn overlay_differing_from_patch_is_refused() {
+        let (_d, layout) = fixture();
+        std::fs::write(layout.repo.join("selftests/test_new.sh"), "different\n").unwrap();
+        let e = prepare(&layout).err().unwrap().to_string();
+        assert!(e.contains("differs from the file a patch"), "{e}");
+    }
+
+    #[test]
+    fn overlay_shadowing_upstream_is_refused() {
+        let (_d, layout) = fixture();
+        std::fs::create_dir_all(layout.repo.join("drivers/block")).unwrap();
+        std::fs::write(layout.repo.join("drivers/block/ublk_drv.c"), "mine\n").unwrap();
+        let e = prepare(&layout).err().unwrap().to_string();
+        assert!(e.contains("would replace the upstream file"), "{e}");
     }
 }
