@@ -133,7 +133,7 @@ run_one() {
 	say "start $n $t"
 	start=$(date +%s.%N)
 	# xtrace to a separate file: it names the check behind a silent skip.
-	(cd "$SELFTESTS" && BASH_XTRACEFD=9 exec timeout -k 15 "$TEST_TIMEOUT" bash -x "./$t" 9>"$log.trace") \
+	(cd "$SELFTESTS" && exec env BASH_XTRACEFD=9 timeout -k 15 "$TEST_TIMEOUT" bash -x "./$t" 9>"$log.trace") \
 		> "$log" 2>&1 </dev/null
 	rc=$?
 	end=$(date +%s.%N)

@@ -1,0 +1,349 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# Check on which CPU ublk ends its requests, with and without
+# UBLK_F_SUPPORT_RQ_AFFINITY, in every data copy mode kublk offers (copy,
+# user copy, zero copy, auto buffer registration, batch I/O), for READ,
+# WRITE, FLUSH, DISCARD and WRITE_ZEROES requests and for requests the
+# ublk server fails.
+#
+# The I/O is submitted from CPU 0 and the ublk server runs on CPU 1, and
+# queue/rq_affinity is 2 on every device:
+#  - with the flag, every request has to be ended on CPU 0, the CPU that
+#    submitted it;
+#  - without the flag, ublk ignores rq_affinity and ends every request on
+#    CPU 1, in the ublk server task that commits the result, as before.
+#
+# Where a request is ended is read from the block:block_rq_complete
+# tracepoint. It fires in blk_update_request(), which ends the bios of the
+# request, on the CPU that does it: in the ublk server task when ublk ends
+# the request inline, in BLOCK_SOFTIRQ on the CPU blk-mq picked when the
+# request went through blk_mq_complete_request_remote() and ublk's
+# ->complete(). A trace instance records an event in the ring buffer of
+# the CPU it fired on, so per_cpu/cpuN/trace of the instance holds exactly
+# the completions that ran on CPU N. Events are matched by device, by
+# operation and, but for flushes, by the sector the test uses, 1 GiB into
+# the device, away from what udev and partition scanning read.
+
+. "$(cd "$(dirname "$0")" && pwd)"/test_common.sh
+
+ERR_CODE=0
+SUBMIT_CPU=0
+SERVER_CPU=1
+IO_SECTOR=2097152
+TRACE_INST=""
+
+_skip() {
+	echo "$TID: skip: $*"
+	_cleanup_test
+	exit "$UBLK_SKIP_CODE"
+}
+
+_fail() {
+	echo "$TID: FAIL: $*"
+	ERR_CODE=255
+}
+
+_trace_cleanup() {
+	if [ -n "$TRACE_INST" ] && [ -d "$TRACE_INST" ]; then
+		echo 0 > "$TRACE_INST/tracing_on" 2>/dev/null
+		echo 0 > "$TRACE_INST/events/block/block_rq_complete/enable" 2>/dev/null
+		rmdir "$TRACE_INST" 2>/dev/null
+	fi
+}
+
+_find_tracefs() {
+	local dir
+
+	for dir in /sys/kernel/tracing /sys/kernel/debug/tracing; do
+		if [ -d "$dir/instances" ]; then
+			echo "$dir"
+			return 0
+		fi
+	done
+	if mount -t tracefs nodev /sys/kernel/tracing > /dev/null 2>&1 &&
+	   [ -d /sys/kernel/tracing/instances ]; then
+		echo /sys/kernel/tracing
+		return 0
+	fi
+	return 1
+}
+
+# flags the driver granted to device $1, as printed by "kublk list"
+_dev_flags() {
+	"$UBLK_PROG" list -n "$1" | awk '{
+		for (i = 1; i < NF; i++)
+			if ($i == "flags") { print $(i + 1); exit }
+	}'
+}
+
+# Submit one request of type $2 to device $1 from $SUBMIT_CPU
+_submit_op() {
+	local dev=$1
+	local op=$2
+	local blk=$((IO_SECTOR / 8))
+
+	case "$op" in
+	read|read_error)
+		taskset -c "$SUBMIT_CPU" dd if="$dev" of=/dev/null bs=4k \
+			count=1 skip="$blk" iflag=direct status=none 2>/dev/null
+		;;
+	write|write_error)
+		taskset -c "$SUBMIT_CPU" dd if=/dev/zero of="$dev" bs=4k \
+			count=1 seek="$blk" oflag=direct status=none 2>/dev/null
+		;;
+	flush)
+		# nothing to write, then fsync(): one REQ_OP_FLUSH request
+		taskset -c "$SUBMIT_CPU" dd if=/dev/zero of="$dev" bs=4k \
+			count=0 conv=fsync status=none 2>/dev/null
+		;;
+	discard)
+		taskset -c "$SUBMIT_CPU" blkdiscard -f -o $((IO_SECTOR << 9)) \
+			-l 4096 "$dev" 2>/dev/null
+		;;
+	write_zeroes)
+		taskset -c "$SUBMIT_CPU" blkdiscard -f -z -o $((IO_SECTOR << 9)) \
+			-l 4096 "$dev" 2>/dev/null
+		;;
+	esac
+}
+
+# Print "cpu rwbs sector error" for each block_rq_complete event of
+# operation $2 on the device with major,minor $1
+_collect_events() {
+	local majmin=$1
+	local op=$2
+	local cpu_dir
+
+	for cpu_dir in "$TRACE_INST"/per_cpu/cpu*; do
+		awk -v cpu="${cpu_dir##*/cpu}" -v dev="$majmin" -v op="$op" \
+		    -v sector="$IO_SECTOR" '{
+			i = index($0, "block_rq_complete: ")
+			if (!i)
+				next
+			# dev rwbs (cmd) sector + nr_sector ioprio [error]
+			n = split(substr($0, i + 19), f, " ")
+			if (n < 8 || f[1] != dev)
+				next
+			rwbs = f[2]
+			if (op == "flush")
+				ok = (rwbs == "FF")
+			else if (f[4] != sector)
+				ok = 0
+			else if (op ~ /^read/)
+				ok = (rwbs ~ /^R/)
+			else if (op == "write_zeroes")
+				ok = (rwbs ~ /^WZ/)
+			else if (op ~ /^write/)
+				ok = (rwbs ~ /^W/ && rwbs !~ /^WZ/)
+			else if (op == "discard")
+				ok = (rwbs ~ /^D/)
+			else
+				ok = 0
+			if (ok)
+				print cpu, rwbs, f[4], f[n]
+		}' "$cpu_dir/trace"
+	done
+}
+
+# Run operation $3 on device $1 (major,minor $2) and check that every
+# completion of it ran on CPU $4, described by $5; $6 describes the device
+_check_op() {
+	local dev=$1
+	local majmin=$2
+	local op=$3
+	local exp_cpu=$4
+	local exp_desc=$5
+	local what=$6
+	local where
+	local events
+	local nr
+	local nr_other
+	local nr_bad
+	local ret
+
+	echo > "$TRACE_INST/trace"
+	echo 1 > "$TRACE_INST/tracing_on"
+	_submit_op "$dev" "$op"
+	ret=$?
+	echo 0 > "$TRACE_INST/tracing_on"
+
+	case "$op" in
+	*_error)
+		if [ "$ret" -eq 0 ]; then
+			_fail "$what: $op on $dev succeeded, expected it to fail with EIO"
+		fi
+		;;
+	*)
+		if [ "$ret" -ne 0 ]; then
+			_fail "$what: $op on $dev failed (exit code $ret)"
+		fi
+		;;
+	esac
+
+	events=$(_collect_events "$majmin" "$op")
+	nr=$(echo "$events" | awk 'NF { n++ } END { print n + 0 }')
+	nr_other=$(echo "$events" | awk -v c="$exp_cpu" \
+		'NF && $1 != c { n++ } END { print n + 0 }')
+
+	if [ "$op" = "flush" ]; then
+		where="(REQ_OP_FLUSH, rwbs FF)"
+	else
+		where="at sector $IO_SECTOR"
+	fi
+	if [ "$nr" -eq 0 ]; then
+		_fail "$what: $op: no block_rq_complete event for $dev" \
+			"($majmin) $where"
+		return
+	fi
+	if [ "$nr_other" -ne 0 ]; then
+		_fail "$what: $op: expected all $nr completions on CPU" \
+			"$exp_cpu ($exp_desc), $nr_other ran elsewhere;" \
+			"events (cpu rwbs sector error):"
+		echo "$events"
+		return
+	fi
+	if [[ "$op" == *_error ]]; then
+		nr_bad=$(echo "$events" | awk \
+			'NF && $4 != "[-5]" { n++ } END { print n + 0 }')
+		if [ "$nr_bad" -ne 0 ]; then
+			_fail "$what: $op: expected every completion to carry" \
+				"-EIO ([-5]); events (cpu rwbs sector error):"
+			echo "$events"
+			return
+		fi
+	fi
+	[ "$UBLK_TEST_QUIET" -eq 0 ] && echo "$what: $op: $nr completion(s) on CPU $exp_cpu"
+}
+
+# Create a fault_inject device, run the operations on it and delete it.
+# $1: name of the data copy mode, $2: "yes" for --rq_affinity, $3: value
+# for --err_code (0: none), the rest: kublk options of the mode.
+_test_dev() {
+	local mode=$1
+	local flag=$2
+	local err_code=$3
+	local dev_id
+	local dev
+	local majmin
+	local pid
+	local flags
+	local exp_cpu
+	local exp_desc
+	local what
+	local op
+	local ops
+	local args=()
+
+	shift 3
+	args=(-t fault_inject -q 1 -d 16 "$@")
+	if [ "$flag" = "yes" ]; then
+		args+=(--rq_affinity)
+		exp_cpu=$SUBMIT_CPU
+		exp_desc="the submitting CPU, as rq_affinity=2 asks"
+	else
+		exp_cpu=$SERVER_CPU
+		exp_desc="the ublk server's CPU, no UBLK_F_SUPPORT_RQ_AFFINITY"
+	fi
+	if [ "$err_code" -ne 0 ]; then
+		args+=(--err_code "$err_code")
+		ops="read_error write_error"
+	else
+		ops="read write flush discard write_zeroes"
+	fi
+	what="mode $mode, rq_affinity flag $flag"
+
+	dev_id=$(_add_ublk_dev "${args[@]}")
+	_check_add_dev "$TID" $?
+	dev=/dev/ublkb"$dev_id"
+
+	flags=$(_dev_flags "$dev_id")
+	if [ -z "$flags" ]; then
+		_fail "$what: can't read the flags of device $dev_id"
+	elif [ "$flag" = "yes" ] && (( !(flags & 0x200000) )); then
+		_fail "$what: device $dev_id has flags $flags," \
+			"without UBLK_F_SUPPORT_RQ_AFFINITY (0x200000)"
+	elif [ "$flag" = "no" ] && (( flags & 0x200000 )); then
+		_fail "$what: device $dev_id has flags $flags," \
+			"with UBLK_F_SUPPORT_RQ_AFFINITY (0x200000) not asked for"
+	fi
+
+	pid=$(_get_ublk_daemon_pid "$dev_id")
+	if ! taskset -a -p -c "$SERVER_CPU" "$pid" > /dev/null; then
+		_fail "$what: can't move ublk server $pid to CPU $SERVER_CPU"
+	fi
+	if ! echo 2 > /sys/block/ublkb"$dev_id"/queue/rq_affinity; then
+		_fail "$what: can't set rq_affinity of $dev to 2"
+	fi
+
+	majmin=$(tr ':' ',' < /sys/block/ublkb"$dev_id"/dev)
+	echo "dev == $(_get_disk_dev_t "$dev_id")" > \
+		"$TRACE_INST/events/block/block_rq_complete/filter" 2>/dev/null
+
+	for op in $ops; do
+		_check_op "$dev" "$majmin" "$op" "$exp_cpu" "$exp_desc" \
+			"$what"
+	done
+
+	_ublk_del_dev "$dev_id" > /dev/null
+	udevadm settle --timeout=20
+}
+
+_prep_test "fault_inject" "completion CPU with and without UBLK_F_SUPPORT_RQ_AFFINITY"
+
+if ! _have_feature "SUPPORT_RQ_AFFINITY"; then
+	_skip "the kernel doesn't support UBLK_F_SUPPORT_RQ_AFFINITY"
+fi
+for prog in dd taskset blkdiscard awk; do
+	if ! _have_program "$prog"; then
+		_skip "$prog is missing"
+	fi
+done
+if ! taskset -c "$SUBMIT_CPU" true 2>/dev/null ||
+   ! taskset -c "$SERVER_CPU" true 2>/dev/null; then
+	_skip "needs CPUs $SUBMIT_CPU and $SERVER_CPU online and usable"
+fi
+if grep -qw threadirqs /proc/cmdline; then
+	_skip "with threadirqs, blk-mq never redirects completions to another CPU"
+fi
+if ! TRACEFS=$(_find_tracefs); then
+	_skip "tracefs with instances is not available"
+fi
+
+TRACE_INST="$TRACEFS/instances/ublk_${TID}_$$"
+if ! mkdir "$TRACE_INST" 2>/dev/null; then
+	TRACE_INST=""
+	_skip "can't create the trace instance $TRACEFS/instances/ublk_${TID}_$$"
+fi
+trap _trace_cleanup EXIT
+if [ ! -d "$TRACE_INST/events/block/block_rq_complete" ]; then
+	_skip "the block:block_rq_complete tracepoint is not available"
+fi
+echo 0 > "$TRACE_INST/tracing_on"
+if ! echo 1 > "$TRACE_INST/events/block/block_rq_complete/enable"; then
+	_fail "can't enable block:block_rq_complete in $TRACE_INST"
+	_cleanup_test
+	_show_result "$TID" "$ERR_CODE"
+fi
+
+for mode in copy user_copy zero_copy auto_zc batch; do
+	case "$mode" in
+	copy)		feature="";		opts=() ;;
+	user_copy)	feature="USER_COPY";	opts=(-u) ;;
+	zero_copy)	feature="ZERO_COPY";	opts=(-z) ;;
+	auto_zc)	feature="AUTO_BUF_REG";	opts=(--auto_zc) ;;
+	batch)		feature="BATCH_IO";	opts=(-b) ;;
+	esac
+	if [ -n "$feature" ] && ! _have_feature "$feature"; then
+		echo "$TID: mode $mode not tested, the kernel lacks $feature"
+		continue
+	fi
+
+	for flag in yes no; do
+		_test_dev "$mode" "$flag" 0 "${opts[@]}"
+		_test_dev "$mode" "$flag" 5 "${opts[@]}"
+	done
+done
+
+_cleanup_test
+_show_result "$TID" "$ERR_CODE"
