@@ -1,0 +1,768 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! io_uring commands (`IORING_OP_URING_CMD`).
+//!
+//! User space sends driver-defined commands to a file with io_uring's `IORING_OP_URING_CMD`
+//! operation. The driver receives them through the `uring_cmd` file operation and either completes
+//! a command right away, by returning its result, or queues it: it returns `-EIOCBQUEUED` and
+//! posts the completion later.
+//!
+//! This module models the life of such a command with separate types:
+//!
+//! - [`IoUringCmd`] is a command while the driver handles its issue. It gives access to the
+//!   command payload of the submission queue entry (SQE) and to the command's driver-private area
+//!   (the "pdu").
+//! - [`QueuedIoUringCmd`] is a command that the driver kept with [`IoUringCmd::queue`]. It is
+//!   completed exactly once: explicitly with [`QueuedIoUringCmd::done`] or
+//!   [`QueuedIoUringCmd::done32`], or, if it is dropped, with `-ECANCELED`. It can be moved to the
+//!   task that submitted it with [`QueuedIoUringCmd::complete_in_task`].
+//! - [`IoUringCmdCancel`] is the view of a queued command that io_uring asks the driver to cancel,
+//!   typically because the ring is being torn down.
+//!
+//! io_uring callbacks receive "issue flags" that describe the context they run in, in particular
+//! whether the ring lock is held. Completions and some other operations must be passed the flags of
+//! the context they are made from. [`IssueFlags`] carries them: it can only be obtained from
+//! io_uring, as an argument of a callback, and cannot outlive that callback.
+//!
+//! # Examples
+//!
+//! A driver whose commands carry a 32-bit value, and complete with that value: right away for
+//! operation code 0, later for the other operation codes.
+//!
+//! ```
+//! use kernel::{
+//!     io_uring::{IoUringCmd, IoUringCmdCancel, IssueFlags, QueuedIoUringCmd},
+//!     prelude::*,
+//!     sync::SpinLock,
+//! };
+//!
+//! /// The `uring_cmd` handler of the driver.
+//! fn uring_cmd(
+//!     pending: &SpinLock<KVec<QueuedIoUringCmd>>,
+//!     mut cmd: IoUringCmd<'_>,
+//!     issue_flags: IssueFlags<'_>,
+//! ) -> Result<i32> {
+//!     let value: i32 = cmd.read_cmd()?;
+//!     if cmd.cmd_op() == 0 {
+//!         return Ok(value);
+//!     }
+//!
+//!     cmd.write_pdu(&value);
+//!     let mut cmd = cmd.queue();
+//!     cmd.mark_cancelable(issue_flags);
+//!     // If the command cannot be stored, dropping it completes it with `ECANCELED`.
+//!     let _ = pending.lock().push(cmd, GFP_ATOMIC);
+//!     Err(EIOCBQUEUED)
+//! }
+//!
+//! /// The `uring_cmd_cancel` handler of the driver.
+//! fn uring_cmd_cancel(
+//!     pending: &SpinLock<KVec<QueuedIoUringCmd>>,
+//!     cancel: IoUringCmdCancel<'_>,
+//!     issue_flags: IssueFlags<'_>,
+//! ) {
+//!     let mut pending = pending.lock();
+//!     let Some(i) = pending.iter().position(|cmd| cancel.refers_to(cmd)) else {
+//!         // Already on its way to completion.
+//!         return;
+//!     };
+//!     let Ok(cmd) = pending.remove(i) else {
+//!         return;
+//!     };
+//!     drop(pending);
+//!     cmd.done(Err(ECANCELED), issue_flags);
+//! }
+//!
+//! /// Completes the pending commands, from any context.
+//! fn complete_pending(pending: &SpinLock<KVec<QueuedIoUringCmd>>) {
+//!     while let Some(cmd) = pending.lock().pop() {
+//!         cmd.complete_in_task(|cmd, issue_flags| {
+//!             let value: i32 = cmd.read_pdu();
+//!             cmd.done(Ok(value), issue_flags);
+//!         });
+//!     }
+//! }
+//! ```
+//!
+//! C header: [`include/linux/io_uring/cmd.h`](srctree/include/linux/io_uring/cmd.h)
+
+use crate::{
+    bindings,
+    error::{
+        code::*,
+        Result, //
+    },
+    ffi::{
+        c_int,
+        c_uint,
+        c_void, //
+    },
+    transmute::{
+        AsBytes,
+        FromBytes, //
+    },
+    types::NotThreadSafe, //
+};
+use core::{
+    marker::PhantomData,
+    mem::ManuallyDrop,
+    ptr::NonNull, //
+};
+
+/// Size in bytes of the driver-private area (pdu) of an io_uring command.
+pub const PDU_SIZE: usize = 32;
+
+/// Size in bytes of the command payload of a 64-byte SQE.
+pub const CMD_SIZE: usize = 16;
+
+/// Size in bytes of the command payload of a 128-byte SQE (`IORING_SETUP_SQE128`).
+pub const CMD128_SIZE: usize = CMD_SIZE + size_of::<bindings::io_uring_sqe>();
+
+/// Alignment that the command payload of an SQE and the pdu of a command are guaranteed to have.
+const PAYLOAD_ALIGN: usize = 8;
+
+const fn issue_flag(flag: bindings::io_uring_cmd_flags) -> u32 {
+    // CAST: The issue flags are an `unsigned int` bit mask on the C side. `IO_URING_F_NONBLOCK` is
+    // `INT_MIN` because the enum is signed; reinterpreting it gives the intended bit 31.
+    flag as u32
+}
+
+const F_NONBLOCK: u32 = issue_flag(bindings::io_uring_cmd_flags_IO_URING_F_NONBLOCK);
+const F_UNLOCKED: u32 = issue_flag(bindings::io_uring_cmd_flags_IO_URING_F_UNLOCKED);
+const F_SQE128: u32 = issue_flag(bindings::io_uring_cmd_flags_IO_URING_F_SQE128);
+const F_CQE32: u32 = issue_flag(bindings::io_uring_cmd_flags_IO_URING_F_CQE32);
+const F_CANCEL: u32 = issue_flag(bindings::io_uring_cmd_flags_IO_URING_F_CANCEL);
+const F_COMPAT: u32 = issue_flag(bindings::io_uring_cmd_flags_IO_URING_F_COMPAT);
+
+/// Converts the result of a command to the value of its completion queue entry.
+fn cqe_res(ret: Result<i32>) -> i32 {
+    match ret {
+        Ok(res) => res,
+        Err(err) => err.to_errno(),
+    }
+}
+
+/// The issue flags of the io_uring callback that is running.
+///
+/// io_uring passes issue flags to the callbacks it makes into a driver: the `uring_cmd` file
+/// operation and the task work queued with [`QueuedIoUringCmd::complete_in_task`]. They tell the
+/// driver about the command (for example [`IssueFlags::is_sqe128`]) and about the context of the
+/// call (for example whether the ring lock is held). The same flags must be passed back to io_uring
+/// when the callback completes a command or marks it as cancelable, so that io_uring takes the
+/// right locking and completion path.
+///
+/// The flags are only valid during the callback they were passed to, which the lifetime `'a`
+/// expresses. They cannot be created by drivers and cannot be sent to another thread.
+///
+/// # Invariants
+///
+/// - `bits` are the issue flags that io_uring passed to a callback that is running on this thread
+///   for the whole lifetime `'a`, or `IO_URING_CMD_TASK_WORK_ISSUE_FLAGS` if that callback is an
+///   io_uring task work callback.
+/// - `ctx` is the context handle (`io_uring_cmd_ctx_handle()`) of the command that the callback was
+///   made for.
+#[derive(Clone, Copy)]
+pub struct IssueFlags<'a> {
+    bits: u32,
+    ctx: *mut c_void,
+    tw_canceled: bool,
+    _p: PhantomData<(&'a (), NotThreadSafe)>,
+}
+
+impl<'a> IssueFlags<'a> {
+    /// Creates the issue flags of a `uring_cmd` file operation call.
+    ///
+    /// # Safety
+    ///
+    /// `cmd` and `bits` must be the arguments of a call to the `uring_cmd` file operation that is
+    /// running on this thread for the whole lifetime `'a`.
+    unsafe fn from_uring_cmd(cmd: *mut bindings::io_uring_cmd, bits: c_uint) -> Self {
+        // INVARIANT: By the safety requirements, `bits` are the issue flags of a callback that
+        // lasts at least `'a`, and `cmd` is the command it was made for.
+        Self {
+            bits,
+            // SAFETY: By the safety requirements, `cmd` is a valid command.
+            ctx: unsafe { bindings::io_uring_cmd_ctx_handle(cmd) },
+            tw_canceled: false,
+            _p: PhantomData,
+        }
+    }
+
+    /// Creates the issue flags of an io_uring task work callback.
+    ///
+    /// # Safety
+    ///
+    /// `cmd` must be the command of an io_uring task work callback (`io_req_tw_func_t`) that is
+    /// running on this thread for the whole lifetime `'a`, and `tw_canceled` the `cancel` field of
+    /// the token that the callback was passed.
+    unsafe fn from_task_work(cmd: *mut bindings::io_uring_cmd, tw_canceled: bool) -> Self {
+        // INVARIANT: Task work callbacks run with the ring lock held and their completions are
+        // flushed by io_uring, which is what `IO_URING_CMD_TASK_WORK_ISSUE_FLAGS` describes.
+        Self {
+            bits: bindings::IO_URING_CMD_TASK_WORK_ISSUE_FLAGS,
+            // SAFETY: By the safety requirements, `cmd` is a valid command.
+            ctx: unsafe { bindings::io_uring_cmd_ctx_handle(cmd) },
+            tw_canceled,
+            _p: PhantomData,
+        }
+    }
+
+    /// Returns the raw value of the flags (`IO_URING_F_*`).
+    pub fn bits(self) -> u32 {
+        self.bits
+    }
+
+    /// Returns whether the caller must not block (`IO_URING_F_NONBLOCK`).
+    ///
+    /// A `uring_cmd` handler that would have to sleep can return `EAGAIN`; io_uring then issues
+    /// the command again from a context that may block.
+    pub fn is_nonblock(self) -> bool {
+        self.bits & F_NONBLOCK != 0
+    }
+
+    /// Returns whether the callback runs without the ring lock held (`IO_URING_F_UNLOCKED`).
+    ///
+    /// This is the case when io_uring issues a command from its worker threads.
+    pub fn is_unlocked(self) -> bool {
+        self.bits & F_UNLOCKED != 0
+    }
+
+    /// Returns whether the ring uses 128-byte SQEs (`IO_URING_F_SQE128`).
+    ///
+    /// The command payload then has [`CMD128_SIZE`] bytes instead of [`CMD_SIZE`].
+    pub fn is_sqe128(self) -> bool {
+        self.bits & F_SQE128 != 0
+    }
+
+    /// Returns whether the ring can post 32-byte CQEs (`IO_URING_F_CQE32`).
+    ///
+    /// Only then does the second result of [`QueuedIoUringCmd::done32`] reach user space.
+    pub fn is_cqe32(self) -> bool {
+        self.bits & F_CQE32 != 0
+    }
+
+    /// Returns whether the ring was created by a compat (32-bit) task (`IO_URING_F_COMPAT`).
+    pub fn is_compat(self) -> bool {
+        self.bits & F_COMPAT != 0
+    }
+
+    /// Returns whether io_uring is cancelling a command (`IO_URING_F_CANCEL`).
+    pub fn is_cancel(self) -> bool {
+        self.bits & F_CANCEL != 0
+    }
+
+    /// Returns whether a task work callback runs only to be cancelled.
+    ///
+    /// io_uring runs task work in this mode when the task that submitted the command is exiting
+    /// or cannot run task work any more. The callback must still complete the command, but should
+    /// not do work on behalf of the task, and typically completes the command with an error.
+    ///
+    /// Always `false` outside task work callbacks.
+    pub fn is_task_work_canceled(self) -> bool {
+        self.tw_canceled
+    }
+
+    /// Returns the flags to pass to io_uring for an operation on `cmd`.
+    ///
+    /// Flags that claim the ring lock is held are only valid for commands of the ring that the
+    /// callback runs for: using them for a command of another ring would touch that ring's
+    /// lock-protected state without its lock. That is a driver bug, which is reported, and the
+    /// operation then takes the ring lock itself as it does outside of io_uring callbacks.
+    ///
+    /// # Safety
+    ///
+    /// `cmd` must point to a valid command.
+    unsafe fn bits_for(self, cmd: *mut bindings::io_uring_cmd) -> u32 {
+        // SAFETY: By the safety requirements, `cmd` is valid.
+        let ctx = unsafe { bindings::io_uring_cmd_ctx_handle(cmd) };
+        if !self.is_unlocked() && crate::warn_on!(ctx != self.ctx) {
+            F_UNLOCKED
+        } else {
+            self.bits
+        }
+    }
+}
+
+/// An io_uring command that is being issued to the driver.
+///
+/// This is the command that the `uring_cmd` file operation receives. The driver reads what user
+/// space sent with [`IoUringCmd::cmd_op`] and [`IoUringCmd::read_cmd`], may record up to
+/// [`PDU_SIZE`] bytes of its own data in the command with [`IoUringCmd::write_pdu`], and then
+/// either returns the result of the command from the file operation or keeps the command with
+/// [`IoUringCmd::queue`] to complete it later.
+///
+/// # Invariants
+///
+/// - `ptr` points to a valid `struct io_uring_cmd` that io_uring is issuing to the driver, in a
+///   `uring_cmd` call that lasts for the whole lifetime `'a`.
+/// - The command payload of the command's SQE (`ptr->sqe`) is valid for reads of [`CMD128_SIZE`]
+///   bytes if `sqe128` is true, and of [`CMD_SIZE`] bytes otherwise.
+/// - The pdu of the command is initialized, and no one else accesses it during `'a`.
+/// - `*queued` is set to `true` when the command is kept with [`IoUringCmd::queue`].
+pub struct IoUringCmd<'a> {
+    ptr: NonNull<bindings::io_uring_cmd>,
+    sqe128: bool,
+    queued: &'a mut bool,
+}
+
+impl IoUringCmd<'_> {
+    /// Returns the raw `struct io_uring_cmd` pointer.
+    pub fn as_raw(&self) -> *mut bindings::io_uring_cmd {
+        self.ptr.as_ptr()
+    }
+
+    /// Returns the operation code of the command (`sqe->cmd_op`).
+    pub fn cmd_op(&self) -> u32 {
+        // SAFETY: By the type invariants, `ptr` is valid. io_uring set `cmd_op` before issuing
+        // the command and does not change it.
+        unsafe { (*self.as_raw()).cmd_op }
+    }
+
+    /// Returns the flags of the command (`sqe->uring_cmd_flags`, `IORING_URING_CMD_*`).
+    pub fn flags(&self) -> u32 {
+        // SAFETY: By the type invariants, `ptr` is valid and the command is not queued yet, so
+        // io_uring does not change its flags concurrently.
+        unsafe { (*self.as_raw()).flags }
+    }
+
+    /// Returns the size of the command payload: [`CMD128_SIZE`] for rings with 128-byte SQEs,
+    /// [`CMD_SIZE`] otherwise.
+    pub fn cmd_size(&self) -> usize {
+        if self.sqe128 {
+            CMD128_SIZE
+        } else {
+            CMD_SIZE
+        }
+    }
+
+    /// Copies the command payload of the SQE into a value of type `T`.
+    ///
+    /// `T` describes the beginning of the payload, typically a structure that is part of the
+    /// driver's UAPI. The payload lives in memory that user space can write to at any time, so it
+    /// is read once into the returned value, which the driver then validates and uses.
+    ///
+    /// Returns [`EINVAL`] if `T` is larger than the payload of this command (see
+    /// [`IoUringCmd::cmd_size`]).
+    ///
+    /// `T` must not be aligned to more than 8 bytes, which is checked at build time.
+    pub fn read_cmd<T: FromBytes>(&self) -> Result<T> {
+        const { assert!(align_of::<T>() <= PAYLOAD_ALIGN) };
+
+        if size_of::<T>() > self.cmd_size() {
+            return Err(EINVAL);
+        }
+
+        // SAFETY: By the type invariants, `ptr` and its SQE are valid.
+        let payload = unsafe { bindings::io_uring_sqe_cmd((*self.as_raw()).sqe) };
+        // SAFETY:
+        // - By the type invariants, the payload is valid for reads of `self.cmd_size()` bytes,
+        //   which we checked is enough for a `T`.
+        // - The payload starts 48 bytes into an SQE, which is 8-byte aligned, and `T` is aligned to
+        //   at most 8 bytes.
+        // - Any bit pattern is a valid `T` since `T: FromBytes`.
+        // - User space may write to the SQE concurrently, hence the volatile read.
+        Ok(unsafe { payload.cast::<T>().read_volatile() })
+    }
+
+    /// Reads the pdu of the command as a value of type `T`.
+    ///
+    /// The pdu is zeroed when the command is issued, so this returns what the driver last wrote
+    /// with [`IoUringCmd::write_pdu`], or zeroes.
+    ///
+    /// `T` must fit in the [`PDU_SIZE`] bytes of the pdu, which is checked at build time.
+    pub fn read_pdu<T: FromBytes>(&self) -> T {
+        // SAFETY: By the type invariants, `ptr` is valid and its pdu initialized, and no one
+        // writes to it concurrently.
+        unsafe { read_pdu(self.as_raw()) }
+    }
+
+    /// Writes a value of type `T` to the pdu of the command.
+    ///
+    /// The driver can use the pdu for data that belongs to the command, for example to find its
+    /// own state again when io_uring asks to cancel the command (see [`IoUringCmdCancel`]). The pdu
+    /// can only be written while the command is being issued: once it is queued, it is read-only.
+    ///
+    /// `T` must fit in the [`PDU_SIZE`] bytes of the pdu, which is checked at build time.
+    pub fn write_pdu<T: AsBytes>(&mut self, value: &T) {
+        const { assert!(size_of::<T>() <= PDU_SIZE) };
+
+        // The type annotation checks at build time that the pdu is a `PDU_SIZE`-byte array.
+        //
+        // SAFETY: By the type invariants, `ptr` is valid.
+        let pdu: *mut [u8; PDU_SIZE] = unsafe { &raw mut (*self.as_raw()).pdu };
+        // SAFETY:
+        // - `value` is valid for reads of `size_of::<T>()` bytes, all initialized since
+        //   `T: AsBytes`, so the pdu stays initialized.
+        // - `pdu` is valid for writes of `PDU_SIZE` bytes, which are enough for a `T`.
+        // - By the type invariants, no one else accesses the pdu during `'a`, and `&mut self`
+        //   guarantees that this object does not either, so the two do not overlap.
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                core::ptr::from_ref(value).cast::<u8>(),
+                pdu.cast::<u8>(),
+                size_of::<T>(),
+            )
+        };
+    }
+
+    /// Keeps the command, to complete it later.
+    ///
+    /// The returned [`QueuedIoUringCmd`] owns the command from now on, and io_uring is told that
+    /// the command is queued (the `uring_cmd` file operation returns `-EIOCBQUEUED`), whatever the
+    /// handler returns. The handler should return [`EIOCBQUEUED`] after calling this; other
+    /// values are reported as driver bugs.
+    pub fn queue(self) -> QueuedIoUringCmd {
+        *self.queued = true;
+        // INVARIANT: The command was issued to the driver, and the `uring_cmd` file operation is
+        // going to return `-EIOCBQUEUED` because `*self.queued` is now set. The pdu is initialized
+        // by the type invariants of `Self`, and writes to it end here since `self` is consumed.
+        QueuedIoUringCmd { ptr: self.ptr }
+    }
+}
+
+/// Reads the pdu of a command as a value of type `T`.
+///
+/// # Safety
+///
+/// `cmd` must point to a valid command whose pdu is initialized and not written concurrently.
+unsafe fn read_pdu<T: FromBytes>(cmd: *mut bindings::io_uring_cmd) -> T {
+    const { assert!(size_of::<T>() <= PDU_SIZE) };
+
+    // The type annotation checks at build time that the pdu is a `PDU_SIZE`-byte array.
+    //
+    // SAFETY: By the safety requirements, `cmd` is valid.
+    let pdu: *const [u8; PDU_SIZE] = unsafe { &raw const (*cmd).pdu };
+    // SAFETY:
+    // - `pdu` is valid for reads of `PDU_SIZE` bytes, which are enough for a `T`.
+    // - By the safety requirements, the bytes are initialized and not written concurrently.
+    // - Any bit pattern is a valid `T` since `T: FromBytes`.
+    unsafe { pdu.cast::<T>().read_unaligned() }
+}
+
+/// An io_uring command that the driver queued and must complete.
+///
+/// A queued command is obtained with [`IoUringCmd::queue`] and is completed exactly once:
+///
+/// - with [`QueuedIoUringCmd::done`] or [`QueuedIoUringCmd::done32`], from an io_uring callback
+///   whose [`IssueFlags`] are passed along;
+/// - after [`QueuedIoUringCmd::complete_in_task`], by the task work callback, which receives the
+///   command and the issue flags of the task work;
+/// - or, if it is dropped, with `-ECANCELED`, from task work.
+///
+/// A queued command keeps a reference to the file it was sent to, so the file is not released
+/// before all its queued commands are completed. Drivers usually mark queued commands as
+/// cancelable ([`QueuedIoUringCmd::mark_cancelable`]) so that io_uring can ask them to complete
+/// the commands when the ring is torn down.
+///
+/// The pdu of a queued command is read-only, because io_uring may ask to cancel the command
+/// concurrently (see [`IoUringCmdCancel`]).
+///
+/// # Invariants
+///
+/// - `ptr` points to a valid `struct io_uring_cmd` that was issued to a driver and queued (its
+///   `uring_cmd` file operation returned, or is going to return, `-EIOCBQUEUED`), and that is not
+///   completed yet. It stays valid until it is completed, which this object is responsible for.
+/// - The pdu of the command is initialized and no longer written.
+pub struct QueuedIoUringCmd {
+    ptr: NonNull<bindings::io_uring_cmd>,
+}
+
+// SAFETY: A queued command can be completed from any thread: `done` and `done32` check the issue
+// flags they are given, and `complete_in_task` may be called from any context.
+unsafe impl Send for QueuedIoUringCmd {}
+
+// SAFETY: The `&self` methods only read the command operation code and the pdu, which are not
+// modified while the command is queued.
+unsafe impl Sync for QueuedIoUringCmd {}
+
+impl QueuedIoUringCmd {
+    /// Creates a [`QueuedIoUringCmd`] from a raw command.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must point to a queued command that is not completed, whose pdu is initialized and
+    /// no longer written, and the caller must own the responsibility to complete it, which is
+    /// transferred to the returned object.
+    unsafe fn from_raw(ptr: *mut bindings::io_uring_cmd) -> Self {
+        // INVARIANT: By the safety requirements.
+        Self {
+            // SAFETY: By the safety requirements, `ptr` points to a command, so it is not null.
+            ptr: unsafe { NonNull::new_unchecked(ptr) },
+        }
+    }
+
+    /// Returns the raw `struct io_uring_cmd` pointer.
+    pub fn as_raw(&self) -> *mut bindings::io_uring_cmd {
+        self.ptr.as_ptr()
+    }
+
+    /// Returns the operation code of the command (`sqe->cmd_op`).
+    pub fn cmd_op(&self) -> u32 {
+        // SAFETY: By the type invariants, `ptr` is valid. `cmd_op` does not change after the
+        // command is issued.
+        unsafe { (*self.as_raw()).cmd_op }
+    }
+
+    /// Reads the pdu of the command as a value of type `T`.
+    ///
+    /// `T` must fit in the [`PDU_SIZE`] bytes of the pdu, which is checked at build time.
+    pub fn read_pdu<T: FromBytes>(&self) -> T {
+        // SAFETY: By the type invariants, `ptr` is valid and its pdu initialized and not written.
+        unsafe { read_pdu(self.as_raw()) }
+    }
+
+    /// Marks the command as cancelable.
+    ///
+    /// io_uring then calls the driver to cancel the command (with an [`IoUringCmdCancel`]) when
+    /// the ring is torn down or the submitting task exits, until the command is completed. A
+    /// driver that marks commands as cancelable must handle these calls, or tearing down the ring
+    /// waits for the commands forever.
+    ///
+    /// `issue_flags` are the flags of the callback that calls this, which must run for a command
+    /// of the same ring (usually the issue of this very command).
+    pub fn mark_cancelable(&mut self, issue_flags: IssueFlags<'_>) {
+        // SAFETY: By the type invariants, `ptr` is valid.
+        let bits = unsafe { issue_flags.bits_for(self.as_raw()) };
+        // SAFETY: By the type invariants, `ptr` is a valid command that is not completed. `bits`
+        // describe the locking context of the caller correctly for this command's ring.
+        unsafe { bindings::io_uring_cmd_mark_cancelable(self.as_raw(), bits) };
+    }
+
+    /// Completes the command with the result `ret`.
+    ///
+    /// `ret` becomes the `res` field of the completion queue entry: the value for `Ok`, the
+    /// negative error code for `Err`.
+    ///
+    /// `issue_flags` are the flags of the io_uring callback that calls this, which must run for a
+    /// command of the same ring. Completions from other contexts go through
+    /// [`QueuedIoUringCmd::complete_in_task`].
+    pub fn done(self, ret: Result<i32>, issue_flags: IssueFlags<'_>) {
+        // SAFETY: By the type invariants, `ptr` is valid.
+        let bits = unsafe { issue_flags.bits_for(self.as_raw()) };
+        let this = ManuallyDrop::new(self);
+        // SAFETY: By the type invariants, `ptr` is a valid command that is not completed, and
+        // `this` gives up the responsibility to complete it, so this is the only completion.
+        // `bits` describe the locking context of the caller correctly for this command's ring.
+        unsafe { bindings::io_uring_cmd_done(this.as_raw(), cqe_res(ret), bits) };
+    }
+
+    /// Completes the command with the result `ret` and the second result `res2`.
+    ///
+    /// This is [`QueuedIoUringCmd::done`] for rings with 32-byte completion queue entries, where
+    /// `res2` is stored in the first extra field of the entry (see [`IssueFlags::is_cqe32`]).
+    pub fn done32(self, ret: Result<i32>, res2: u64, issue_flags: IssueFlags<'_>) {
+        // SAFETY: By the type invariants, `ptr` is valid.
+        let bits = unsafe { issue_flags.bits_for(self.as_raw()) };
+        let this = ManuallyDrop::new(self);
+        // SAFETY: By the type invariants, `ptr` is a valid command that is not completed, and
+        // `this` gives up the responsibility to complete it, so this is the only completion.
+        // `bits` describe the locking context of the caller correctly for this command's ring.
+        unsafe { bindings::io_uring_cmd_done32(this.as_raw(), cqe_res(ret), res2, bits) };
+    }
+
+    /// Runs `callback` in the context of the task that submitted the command.
+    ///
+    /// io_uring queues a task work item on the submitting task, which calls `callback` with the
+    /// command and the issue flags of the task work. The callback then owns the command again and
+    /// completes it (possibly after more work), for example with
+    /// `cmd.done(ret, issue_flags)`.
+    ///
+    /// This can be called from any context, including atomic context, and is the way to complete a
+    /// command from contexts that are not io_uring callbacks, such as interrupt handlers or work
+    /// items.
+    ///
+    /// `callback` must not capture anything, which is checked at build time: data it needs is
+    /// found through the command, for example in its pdu.
+    pub fn complete_in_task<F>(self, callback: F)
+    where
+        F: FnOnce(QueuedIoUringCmd, IssueFlags<'_>) + Send + 'static,
+    {
+        const {
+            assert!(
+                size_of::<F>() == 0,
+                "the callback must not capture anything"
+            )
+        };
+
+        // The trampoline materializes the callback again, from its type.
+        core::mem::forget(callback);
+        let this = ManuallyDrop::new(self);
+        // SAFETY: By the type invariants, `ptr` is a valid command that is not completed. `this`
+        // gives up the responsibility to complete it, which passes to the task work callback:
+        // `task_work_trampoline` takes it over, and it runs exactly once.
+        unsafe {
+            bindings::io_uring_cmd_complete_in_task(this.as_raw(), Some(task_work_trampoline::<F>))
+        };
+    }
+}
+
+impl Drop for QueuedIoUringCmd {
+    fn drop(&mut self) {
+        // INVARIANT: `self` is being dropped, so `this` takes over the responsibility to complete
+        // the command.
+        let this = QueuedIoUringCmd { ptr: self.ptr };
+        this.complete_in_task(|cmd, issue_flags| cmd.done(Err(ECANCELED), issue_flags));
+    }
+}
+
+/// Task work callback of [`QueuedIoUringCmd::complete_in_task`].
+///
+/// # Safety
+///
+/// Must only be called by io_uring, as the task work of a command that was passed to
+/// `io_uring_cmd_complete_in_task()` by [`QueuedIoUringCmd::complete_in_task`] for `F`, after the
+/// value of `F` passed to it was forgotten.
+unsafe extern "C" fn task_work_trampoline<F>(
+    tw_req: bindings::io_tw_req,
+    tw: bindings::io_tw_token_t,
+) where
+    F: FnOnce(QueuedIoUringCmd, IssueFlags<'_>) + Send + 'static,
+{
+    // SAFETY: By the safety requirements, this is the task work of a command.
+    let ptr = unsafe { bindings::io_uring_cmd_from_tw(tw_req) };
+    // SAFETY: By the safety requirements, this callback runs for a command that a
+    // `QueuedIoUringCmd` handed over to it, so the command is queued and not completed, and its pdu
+    // is initialized and no longer written. The task work runs once, so the responsibility to
+    // complete the command is taken over once.
+    let cmd = unsafe { QueuedIoUringCmd::from_raw(ptr) };
+    // SAFETY: This is an io_uring task work callback for `ptr`, which runs until it returns, and
+    // `tw.cancel` is the cancel flag of its token.
+    let issue_flags = unsafe { IssueFlags::from_task_work(ptr, tw.cancel) };
+    // SAFETY: `F` is a zero-sized type, which `complete_in_task` checked at build time, and it is
+    // inhabited because `complete_in_task` was passed a value of it. That value was forgotten, so
+    // materializing one here does not duplicate it.
+    let callback = unsafe { NonNull::<F>::dangling().as_ptr().read() };
+
+    callback(cmd, issue_flags);
+}
+
+/// A queued io_uring command that io_uring asks the driver to cancel.
+///
+/// io_uring cancels commands that were marked with [`QueuedIoUringCmd::mark_cancelable`] when
+/// the ring is torn down or the submitting task exits. It does so by calling the driver once for
+/// each such command, until the driver completes the command. The driver finds the
+/// [`QueuedIoUringCmd`] it kept for the command, for example with the help of the pdu, and
+/// completes it with the [`IssueFlags`] of the cancel call.
+///
+/// This object only gives read access to the command, since a [`QueuedIoUringCmd`] owns it.
+/// io_uring guarantees that the command is not completed before the cancel call returns, but the
+/// driver must deal with a completion that races with the cancel call on another thread.
+///
+/// # Invariants
+///
+/// `ptr` points to a valid `struct io_uring_cmd` that is queued, that io_uring is cancelling in a
+/// `uring_cmd` call that lasts for the whole lifetime `'a`, and whose pdu is initialized and no
+/// longer written.
+pub struct IoUringCmdCancel<'a> {
+    ptr: NonNull<bindings::io_uring_cmd>,
+    _p: PhantomData<&'a bindings::io_uring_cmd>,
+}
+
+impl IoUringCmdCancel<'_> {
+    /// Returns the raw `struct io_uring_cmd` pointer.
+    pub fn as_raw(&self) -> *mut bindings::io_uring_cmd {
+        self.ptr.as_ptr()
+    }
+
+    /// Returns the operation code of the command (`sqe->cmd_op`).
+    pub fn cmd_op(&self) -> u32 {
+        // SAFETY: By the type invariants, `ptr` is valid. `cmd_op` does not change after the
+        // command is issued.
+        unsafe { (*self.as_raw()).cmd_op }
+    }
+
+    /// Reads the pdu of the command as a value of type `T`.
+    ///
+    /// `T` must fit in the [`PDU_SIZE`] bytes of the pdu, which is checked at build time.
+    pub fn read_pdu<T: FromBytes>(&self) -> T {
+        // SAFETY: By the type invariants, `ptr` is valid and its pdu initialized and not written.
+        unsafe { read_pdu(self.as_raw()) }
+    }
+
+    /// Returns whether this is a request to cancel `cmd`.
+    pub fn refers_to(&self, cmd: &QueuedIoUringCmd) -> bool {
+        self.ptr == cmd.ptr
+    }
+}
+
+/// Runs the `uring_cmd` file operation of a driver.
+///
+/// This is the glue between the `uring_cmd` file operation and the types of this module, for the
+/// abstractions that implement file operations:
+///
+/// - If io_uring cancels a command (`IO_URING_F_CANCEL`), `cancel` is called with the command and
+///   the issue flags, and the file operation returns 0 (io_uring ignores the value).
+/// - Otherwise, the command is being issued. Its pdu is zeroed, and `issue` is called with the
+///   command and the issue flags. If `issue` queued the command, the file operation returns
+///   `-EIOCBQUEUED`; otherwise it returns the result of `issue`, which completes the command.
+/// - Multishot commands (`IORING_URING_CMD_MULTISHOT`) are not supported: they fail with `EINVAL`
+///   without calling `issue`.
+///
+/// # Safety
+///
+/// `ioucmd` and `issue_flags` must be the arguments of the `uring_cmd` file operation call that
+/// calls this function, and this function must be called at most once in that call.
+pub(crate) unsafe fn dispatch_uring_cmd(
+    ioucmd: *mut bindings::io_uring_cmd,
+    issue_flags: c_uint,
+    issue: impl FnOnce(IoUringCmd<'_>, IssueFlags<'_>) -> Result<i32>,
+    cancel: impl FnOnce(IoUringCmdCancel<'_>, IssueFlags<'_>),
+) -> c_int {
+    // SAFETY: By the safety requirements, these are the arguments of a `uring_cmd` call that lasts
+    // until this function returns.
+    let flags = unsafe { IssueFlags::from_uring_cmd(ioucmd, issue_flags) };
+
+    // SAFETY: By the safety requirements, `ioucmd` is a valid command.
+    let ptr = unsafe { NonNull::new_unchecked(ioucmd) };
+
+    if flags.is_cancel() {
+        // INVARIANT: io_uring only cancels commands that were marked as cancelable, which
+        // requires a `QueuedIoUringCmd`, so the command is queued and its pdu read-only.
+        let cmd = IoUringCmdCancel {
+            ptr,
+            _p: PhantomData,
+        };
+        cancel(cmd, flags);
+        return 0;
+    }
+
+    // SAFETY: `ioucmd` is a valid command. io_uring does not change its flags while it issues it.
+    if unsafe { (*ioucmd).flags } & bindings::IORING_URING_CMD_MULTISHOT != 0 {
+        // Multishot commands post several completions, which this module does not support.
+        return EINVAL.to_errno();
+    }
+
+    // The pdu may hold anything when a command is issued; make it hold defined bytes.
+    //
+    // SAFETY: `ioucmd` is a valid command that is being issued and not queued, so its pdu is
+    // ours to write.
+    unsafe { (*ioucmd).pdu = [0; PDU_SIZE] };
+
+    let mut queued = false;
+    // INVARIANT:
+    // - The command is being issued by the `uring_cmd` call that calls this function, which lasts
+    //   longer than `cmd`.
+    // - io_uring makes the SQE valid for the duration of the call, with a payload whose size
+    //   depends on `IO_URING_F_SQE128`.
+    // - The pdu was just initialized, and only `cmd` accesses it until the command is queued.
+    let cmd = IoUringCmd {
+        ptr,
+        sqe128: flags.is_sqe128(),
+        queued: &mut queued,
+    };
+    let ret = issue(cmd, flags);
+
+    if queued {
+        // The command belongs to a `QueuedIoUringCmd` now (and may even be completed already), so
+        // io_uring must not complete it.
+        crate::warn_on!(ret != Err(EIOCBQUEUED));
+        return EIOCBQUEUED.to_errno();
+    }
+
+    if crate::warn_on!(ret == Err(EIOCBQUEUED)) {
+        // The driver did not keep the command, so no one could ever complete it.
+        return EINVAL.to_errno();
+    }
+
+    cqe_res(ret)
+}
