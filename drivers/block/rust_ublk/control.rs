@@ -1,0 +1,396 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! `/dev/ublk-control` and its commands.
+//!
+//! The control device only takes io_uring commands on rings with 128-byte SQEs, whose payload is
+//! a `struct ublksrv_ctrl_cmd`. Both the ioctl-encoded operation codes (`UBLK_U_CMD_*`) and the
+//! legacy ones (`UBLK_CMD_*`) are accepted; commands are told apart by their number. Errors are
+//! those of the C driver.
+
+use crate::{
+    chardev::{self, CharDev},
+    device::UblkDevice,
+    features::*,
+    params::{self, Params},
+    uapi::{self, CtrlCmd, DevInfo},
+};
+use kernel::{
+    cpu::{nr_cpu_ids, CpuId},
+    cred::{capable, Capability},
+    current,
+    fs::File,
+    io_uring::{IoUringCmd, IssueFlags},
+    miscdevice::{MiscDevice, MiscDeviceRegistration},
+    new_mutex,
+    prelude::*,
+    rbtree::RBTree,
+    str::CString,
+    sync::{Arc, ArcBorrow, Mutex},
+    uaccess::{UserPtr, UserSlice},
+};
+
+/// Number of device numbers (`UBLK_MAX_UBLKS`, the minors of a character device region).
+const MAX_UBLKS: u32 = 1 << 20;
+
+/// A device known to the control device.
+struct Entry {
+    dev: Arc<UblkDevice>,
+    char_dev: Pin<KBox<MiscDeviceRegistration<CharDev>>>,
+}
+
+/// The state of the control device: the devices, by number.
+#[pin_data]
+pub(crate) struct Control {
+    #[pin]
+    devices: Mutex<RBTree<u32, Entry>>,
+}
+
+impl Control {
+    pub(crate) fn new() -> Result<Arc<Self>> {
+        Arc::pin_init(
+            pin_init!(Self {
+                devices <- new_mutex!(RBTree::new()),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    fn device(&self, id: u32) -> Option<Arc<UblkDevice>> {
+        self.devices.lock().get(&id).map(|e| e.dev.clone())
+    }
+}
+
+/// The file operations of `/dev/ublk-control`.
+pub(crate) struct ControlFile;
+
+#[vtable]
+impl MiscDevice for ControlFile {
+    type Ptr = Arc<Control>;
+    type RegistrationData = Arc<Control>;
+
+    fn open(_file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<Arc<Control>> {
+        Ok(misc.data().clone())
+    }
+
+    fn uring_cmd(
+        ctl: ArcBorrow<'_, Control>,
+        cmd: IoUringCmd<'_>,
+        issue_flags: IssueFlags<'_>,
+    ) -> Result<i32> {
+        handle(&ctl, &cmd, issue_flags).map(|()| 0)
+    }
+}
+
+/// Returns whether a command may sleep, and must thus not run where io_uring forbids blocking.
+fn may_sleep(op: u32) -> bool {
+    !matches!(
+        uapi::ioc_nr(op),
+        uapi::CMD_GET_QUEUE_AFFINITY
+            | uapi::CMD_GET_DEV_INFO
+            | uapi::CMD_GET_DEV_INFO2
+            | uapi::CMD_GET_FEATURES
+    )
+}
+
+/// Returns a user space buffer of `len` bytes at `addr`.
+fn user_buf(addr: u64, len: usize) -> Result<UserSlice> {
+    let addr = usize::try_from(addr).map_err(|_| EFAULT)?;
+    Ok(UserSlice::new(UserPtr::from_addr(addr), len))
+}
+
+fn handle(ctl: &Control, cmd: &IoUringCmd<'_>, issue_flags: IssueFlags<'_>) -> Result {
+    let op = cmd.cmd_op();
+
+    if may_sleep(op) && issue_flags.is_nonblock() {
+        return Err(EAGAIN);
+    }
+    if !issue_flags.is_sqe128() {
+        return Err(EINVAL);
+    }
+
+    let header = CtrlCmd::parse(&cmd.read_cmd::<[u8; uapi::CTRL_CMD_SIZE]>()?);
+
+    // Legacy operation codes are the bare command numbers.
+    if !matches!(uapi::ioc_type(op), 0 | 0x75) {
+        return Err(EOPNOTSUPP);
+    }
+
+    if op == uapi::U_CMD_GET_FEATURES {
+        return get_features(&header);
+    }
+
+    let nr = uapi::ioc_nr(op);
+    if nr == uapi::CMD_ADD_DEV {
+        return add_dev(ctl, &header);
+    }
+
+    let dev = ctl.device(header.dev_id).ok_or(ENODEV)?;
+    // Unprivileged devices are not supported, so every command needs `CAP_SYS_ADMIN`.
+    if !capable(Capability::SYS_ADMIN) {
+        return Err(EPERM);
+    }
+
+    match nr {
+        uapi::CMD_GET_DEV_INFO => get_dev_info(&dev, &header),
+        uapi::CMD_GET_DEV_INFO2 => get_dev_info2(&dev, &header),
+        uapi::CMD_DEL_DEV | uapi::CMD_DEL_DEV_ASYNC => del_dev(ctl, &dev),
+        uapi::CMD_GET_QUEUE_AFFINITY => get_queue_affinity(&dev, &header),
+        uapi::CMD_SET_PARAMS => set_params(&dev, &header),
+        uapi::CMD_GET_PARAMS => get_params(ctl, &dev, &header),
+        _ => Err(EOPNOTSUPP),
+    }
+}
+
+/// `UBLK_U_CMD_GET_FEATURES`: reports the features the driver implements.
+fn get_features(header: &CtrlCmd) -> Result {
+    if usize::from(header.len) != uapi::FEATURES_LEN || header.addr == 0 {
+        return Err(EINVAL);
+    }
+    user_buf(header.addr, uapi::FEATURES_LEN)?
+        .writer()
+        .write_slice(&F_ALL.to_ne_bytes())
+}
+
+/// Validates the flags and io descriptor size that user space asked for, as the C driver does
+/// before it clears the flags it does not support.
+fn check_requested_flags(info: &DevInfo) -> Result {
+    let flags = info.flags;
+
+    match flags & F_ALL_RECOVERY_FLAGS {
+        0 => {}
+        f if f == F_USER_RECOVERY
+            || f == F_USER_RECOVERY | F_USER_RECOVERY_REISSUE
+            || f == F_USER_RECOVERY | F_USER_RECOVERY_FAIL_IO => {}
+        _ => return Err(EINVAL),
+    }
+    if flags & F_QUIESCE != 0 && flags & F_USER_RECOVERY == 0 {
+        return Err(EINVAL);
+    }
+    if flags & F_UNPRIVILEGED_DEV != 0
+        && flags & (F_USER_COPY | F_SUPPORT_ZERO_COPY | F_AUTO_BUF_REG) != 0
+    {
+        return Err(EINVAL);
+    }
+    if flags & F_INTEGRITY != 0 && flags & F_USER_COPY == 0 {
+        return Err(EINVAL);
+    }
+    if flags & F_IO_DESC_SIZE != 0 {
+        let size = usize::from(info.io_desc_size);
+        if size < uapi::IO_DESC_SIZE || size % 8 != 0 || info.io_desc_size > MAX_IO_DESC_SIZE {
+            return Err(EINVAL);
+        }
+    }
+    Ok(())
+}
+
+/// `UBLK_U_CMD_ADD_DEV`: creates a device and its `/dev/ublkcN`.
+fn add_dev(ctl: &Control, header: &CtrlCmd) -> Result {
+    if usize::from(header.len) < uapi::DEV_INFO_SIZE || header.addr == 0 {
+        return Err(EINVAL);
+    }
+    if header.queue_id != u16::MAX {
+        return Err(EINVAL);
+    }
+
+    let ubuf = user_buf(header.addr, uapi::DEV_INFO_SIZE)?;
+    let (mut reader, mut writer) = ubuf.reader_writer();
+    let mut bytes = [0u8; uapi::DEV_INFO_SIZE];
+    reader.read_slice(&mut bytes)?;
+    let mut info = DevInfo::parse(&bytes);
+
+    if info.queue_depth == 0
+        || info.queue_depth > uapi::MAX_QUEUE_DEPTH
+        || info.nr_hw_queues == 0
+        || info.nr_hw_queues > uapi::MAX_NR_QUEUES
+    {
+        return Err(EINVAL);
+    }
+
+    // Unprivileged devices are not supported.
+    if !capable(Capability::SYS_ADMIN) {
+        return Err(EPERM);
+    }
+    info.flags &= !F_UNPRIVILEGED_DEV;
+
+    check_requested_flags(&info)?;
+
+    if header.dev_id != info.dev_id {
+        return Err(EINVAL);
+    }
+    if header.dev_id != u32::MAX && header.dev_id >= MAX_UBLKS {
+        return Err(EINVAL);
+    }
+
+    // The device gets what it will really have: only the supported flags, the default io
+    // descriptors, at most one queue per CPU, whole pages of I/O buffer.
+    info.flags = (info.flags & F_ALL) | F_ALWAYS;
+    info.io_desc_size = uapi::IO_DESC_SIZE as u16;
+    info.state = uapi::S_DEV_DEAD;
+    info.ublksrv_pid = -1;
+    let uid = current!().uid().into_uid_in_current_ns();
+    info.owner_uid = uid;
+    info.owner_gid = 0;
+    let nr_cpus = u16::try_from(nr_cpu_ids()).unwrap_or(u16::MAX);
+    info.nr_hw_queues = info.nr_hw_queues.min(nr_cpus);
+    info.max_io_buf_bytes &= !(kernel::page::PAGE_SIZE as u32 - 1);
+
+    let mut devices = ctl.devices.lock();
+    let id = if header.dev_id == u32::MAX {
+        // The lowest free number.
+        let mut id = 0;
+        for &used in devices.keys() {
+            if used != id {
+                break;
+            }
+            id += 1;
+        }
+        if id >= MAX_UBLKS {
+            return Err(ENOSPC);
+        }
+        id
+    } else {
+        if devices.get(&header.dev_id).is_some() {
+            return Err(EEXIST);
+        }
+        header.dev_id
+    };
+    info.dev_id = id;
+
+    let dev = UblkDevice::new(info)?;
+    writer.write_slice(&info.to_bytes())?;
+    let char_dev = chardev::register(dev.clone())?;
+    devices.try_create_and_insert(id, Entry { dev, char_dev }, GFP_KERNEL)?;
+    Ok(())
+}
+
+/// `UBLK_U_CMD_DEL_DEV` and `UBLK_U_CMD_DEL_DEV_ASYNC`: deletes a device.
+///
+/// The device number can be reused as soon as this returns. A server that still has
+/// `/dev/ublkcN` open keeps the device object alive until it closes it.
+fn del_dev(ctl: &Control, dev: &UblkDevice) -> Result {
+    let entry = ctl.devices.lock().remove(&dev.id);
+    // Deregisters `/dev/ublkcN` outside of the lock.
+    drop(entry);
+    Ok(())
+}
+
+fn copy_dev_info(dev: &UblkDevice, addr: u64, len: u16) -> Result {
+    if usize::from(len) < uapi::DEV_INFO_SIZE || addr == 0 {
+        return Err(EINVAL);
+    }
+    let info = dev.state.lock().info;
+    user_buf(addr, uapi::DEV_INFO_SIZE)?
+        .writer()
+        .write_slice(&info.to_bytes())
+}
+
+/// `UBLK_U_CMD_GET_DEV_INFO`: reports the device information.
+fn get_dev_info(dev: &UblkDevice, header: &CtrlCmd) -> Result {
+    copy_dev_info(dev, header.addr, header.len)
+}
+
+/// Longest path user space may pass to `UBLK_U_CMD_GET_DEV_INFO2` (`PATH_MAX`).
+const PATH_MAX: u16 = 4096;
+
+/// `UBLK_U_CMD_GET_DEV_INFO2`: as `UBLK_U_CMD_GET_DEV_INFO`, with the path of `/dev/ublkcN` in
+/// front of the buffer.
+///
+/// The C driver resolves the path and checks it names the character device of the device and may
+/// be read. Here the path must be `/dev/ublkcN`, which is what ublk servers pass.
+fn get_dev_info2(dev: &UblkDevice, header: &CtrlCmd) -> Result {
+    let path_len = header.dev_path_len;
+    if path_len == 0 || path_len > PATH_MAX || header.len < path_len {
+        return Err(EINVAL);
+    }
+    let mut path = KVec::from_elem(0u8, usize::from(path_len), GFP_KERNEL)?;
+    user_buf(header.addr, path.len())?
+        .reader()
+        .read_slice(&mut path)?;
+    let path = path.split(|&c| c == 0).next().unwrap_or(&[]);
+    let expected = CString::try_from_fmt(fmt!("/dev/ublkc{}", dev.id))?;
+    if path != expected.to_bytes() {
+        return Err(EPERM);
+    }
+    copy_dev_info(
+        dev,
+        header.addr + u64::from(path_len),
+        header.len - path_len,
+    )
+}
+
+/// `UBLK_U_CMD_GET_QUEUE_AFFINITY`: reports the CPUs that submit I/O to a queue, as a CPU mask
+/// of `header.len` bytes.
+fn get_queue_affinity(dev: &UblkDevice, header: &CtrlCmd) -> Result {
+    let len = usize::from(header.len);
+    if len * 8 < nr_cpu_ids() as usize || len % size_of::<u64>() != 0 || header.addr == 0 {
+        return Err(EINVAL);
+    }
+    if header.data >= u64::from(dev.nr_queues()) {
+        return Err(EINVAL);
+    }
+    let queue = header.data as u32;
+
+    let mut words = KVec::from_elem(0u64, len / size_of::<u64>(), GFP_KERNEL)?;
+    for cpu in (0..nr_cpu_ids()).filter_map(CpuId::from_u32) {
+        if dev.tag_set.hw_queue_of_cpu(cpu) == queue {
+            let i = cpu.as_u32() as usize;
+            words[i / 64] |= 1 << (i % 64);
+        }
+    }
+    let mut bytes = KVec::with_capacity(len, GFP_KERNEL)?;
+    for w in words.iter() {
+        bytes.extend_from_slice(&w.to_ne_bytes(), GFP_KERNEL)?;
+    }
+    user_buf(header.addr, len)?.writer().write_slice(&bytes)
+}
+
+/// Reads the `struct ublk_params_header` at the start of the buffer of a parameter command and
+/// returns the number of bytes of parameters to copy.
+fn params_len(header: &CtrlCmd, set: bool) -> Result<usize> {
+    if usize::from(header.len) <= params::HEADER_SIZE || header.addr == 0 {
+        return Err(EINVAL);
+    }
+    let mut ph = [0u8; params::HEADER_SIZE];
+    user_buf(header.addr, ph.len())?
+        .reader()
+        .read_slice(&mut ph)?;
+    let len = params::header_len(&ph);
+    if len > u32::from(header.len) || len == 0 || (set && params::header_types(&ph) == 0) {
+        return Err(EINVAL);
+    }
+    Ok((len as usize).min(uapi::PARAMS_SIZE))
+}
+
+/// `UBLK_U_CMD_SET_PARAMS`: sets the parameters of a device that was not started yet.
+fn set_params(dev: &UblkDevice, header: &CtrlCmd) -> Result {
+    let len = params_len(header, true)?;
+    let mut state = dev.state.lock();
+    if state.used {
+        return Err(EACCES);
+    }
+    let mut bytes = [0u8; uapi::PARAMS_SIZE];
+    if let Err(e) = user_buf(header.addr, len)?
+        .reader()
+        .read_slice(&mut bytes[..len])
+    {
+        state.params = Params::new();
+        return Err(e);
+    }
+    let max_io_buf_bytes = state.info.max_io_buf_bytes;
+    state.params.set(&bytes[..len], max_io_buf_bytes)
+}
+
+/// `UBLK_U_CMD_GET_PARAMS`: reports the parameters, with the device numbers.
+fn get_params(ctl: &Control, dev: &UblkDevice, header: &CtrlCmd) -> Result {
+    let len = params_len(header, false)?;
+    let char_devt = ctl
+        .devices
+        .lock()
+        .get(&dev.id)
+        .map(|e| (e.char_dev.major(), e.char_dev.minor()))
+        .unwrap_or((0, 0));
+    let params = dev.state.lock().params.with_devt(char_devt, (0, 0));
+    user_buf(header.addr, len)?
+        .writer()
+        .write_slice(&params.as_bytes()[..len])
+}

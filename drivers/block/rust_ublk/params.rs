@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Device parameters (`struct ublk_params`), set by `UBLK_U_CMD_SET_PARAMS` and read back by
+//! `UBLK_U_CMD_GET_PARAMS`.
+//!
+//! The parameters are kept as the bytes user space sent, so that reading them back returns what
+//! was set; they are validated as the C driver does.
+
+use crate::uapi::{put, Field, PARAMS_SIZE};
+use kernel::{page::PAGE_SHIFT, prelude::*};
+
+pub(crate) const TYPE_BASIC: u32 = 1 << 0;
+pub(crate) const TYPE_DISCARD: u32 = 1 << 1;
+pub(crate) const TYPE_DEVT: u32 = 1 << 2;
+pub(crate) const TYPE_ZONED: u32 = 1 << 3;
+pub(crate) const TYPE_DMA_ALIGN: u32 = 1 << 4;
+pub(crate) const TYPE_SEGMENT: u32 = 1 << 5;
+pub(crate) const TYPE_INTEGRITY: u32 = 1 << 6;
+
+/// All parameter types of the UAPI (`UBLK_PARAM_TYPE_ALL`). Zoned and integrity parameters are
+/// recognized but rejected, since the driver supports neither zoned nor integrity devices.
+pub(crate) const TYPE_ALL: u32 = TYPE_BASIC
+    | TYPE_DISCARD
+    | TYPE_DEVT
+    | TYPE_ZONED
+    | TYPE_DMA_ALIGN
+    | TYPE_SEGMENT
+    | TYPE_INTEGRITY;
+
+/// Size of `struct ublk_params_header` (`len` and `types`).
+pub(crate) const HEADER_SIZE: usize = 8;
+
+// Offsets in `struct ublk_params`.
+const OFF_LEN: usize = 0;
+const OFF_TYPES: usize = 4;
+const OFF_BASIC: usize = 8;
+const OFF_DISCARD: usize = 40;
+const OFF_DEVT: usize = 60;
+const OFF_DMA: usize = 108;
+const OFF_SEG: usize = 120;
+
+/// Smallest segment size (`UBLK_MIN_SEGMENT_SIZE`).
+const MIN_SEGMENT_SIZE: u64 = 4096;
+/// Upper bound of the physical block size, io_min and io_opt: log2 of 256 MiB.
+const MAX_BS_SHIFT: u8 = 28;
+const SECTOR_SHIFT: u32 = 9;
+
+/// Device parameters (`struct ublk_params`).
+#[derive(Clone)]
+pub(crate) struct Params {
+    raw: [u8; PARAMS_SIZE],
+}
+
+/// The basic parameters (`struct ublk_param_basic`).
+#[derive(Clone, Copy, Debug)]
+#[allow(dead_code)]
+pub(crate) struct Basic {
+    pub(crate) attrs: u32,
+    pub(crate) logical_bs_shift: u8,
+    pub(crate) physical_bs_shift: u8,
+    pub(crate) io_opt_shift: u8,
+    pub(crate) io_min_shift: u8,
+    pub(crate) max_sectors: u32,
+    pub(crate) chunk_sectors: u32,
+    pub(crate) dev_sectors: u64,
+    pub(crate) virt_boundary_mask: u64,
+}
+
+impl Params {
+    /// Returns empty parameters, as a new device has.
+    pub(crate) const fn new() -> Self {
+        Self {
+            raw: [0; PARAMS_SIZE],
+        }
+    }
+
+    fn get<T: Field>(&self, off: usize) -> T {
+        T::at(&self.raw, off)
+    }
+
+    /// Returns the parameter types that are set.
+    pub(crate) fn types(&self) -> u32 {
+        self.get(OFF_TYPES)
+    }
+
+    fn set_types(&mut self, types: u32) {
+        put(&mut self.raw, OFF_TYPES, &types.to_ne_bytes());
+    }
+
+    /// Returns the basic parameters.
+    pub(crate) fn basic(&self) -> Basic {
+        let b = OFF_BASIC;
+        Basic {
+            attrs: self.get(b),
+            logical_bs_shift: self.get(b + 4),
+            physical_bs_shift: self.get(b + 5),
+            io_opt_shift: self.get(b + 6),
+            io_min_shift: self.get(b + 7),
+            max_sectors: self.get(b + 8),
+            chunk_sectors: self.get(b + 12),
+            dev_sectors: self.get(b + 16),
+            virt_boundary_mask: self.get(b + 24),
+        }
+    }
+
+    /// Replaces the parameters with the first `len` bytes of `bytes`, which came from user space,
+    /// and validates them for a device whose I/O buffers have `max_io_buf_bytes` bytes.
+    ///
+    /// Unknown parameter types are ignored. On error the parameters are cleared, as the C driver
+    /// does, so that no invalid parameters survive.
+    pub(crate) fn set(&mut self, bytes: &[u8], max_io_buf_bytes: u32) -> Result {
+        let mut raw = [0u8; PARAMS_SIZE];
+        let len = bytes.len().min(PARAMS_SIZE);
+        raw[..len].copy_from_slice(&bytes[..len]);
+        self.raw = raw;
+        self.set_types(self.types() & TYPE_ALL);
+        let ret = self.validate(max_io_buf_bytes);
+        if ret.is_err() {
+            *self = Self::new();
+        }
+        ret
+    }
+
+    /// Validates the parameters as `ublk_validate_params()` does.
+    fn validate(&self, max_io_buf_bytes: u32) -> Result {
+        let types = self.types();
+
+        // The basic parameters are the only ones that must be set.
+        if types & TYPE_BASIC == 0 {
+            return Err(EINVAL);
+        }
+        let p = self.basic();
+        if u32::from(p.logical_bs_shift) > PAGE_SHIFT as u32
+            || u32::from(p.logical_bs_shift) < SECTOR_SHIFT
+            || p.physical_bs_shift > MAX_BS_SHIFT
+            || p.io_min_shift > MAX_BS_SHIFT
+            || p.io_opt_shift > MAX_BS_SHIFT
+            || p.logical_bs_shift > p.physical_bs_shift
+            || p.max_sectors > (max_io_buf_bytes >> SECTOR_SHIFT)
+            || p.max_sectors < (1 << (PAGE_SHIFT as u32 - SECTOR_SHIFT))
+        {
+            return Err(EINVAL);
+        }
+
+        if types & TYPE_DISCARD != 0 {
+            let max_discard_sectors: u32 = self.get(OFF_DISCARD + 8);
+            let max_discard_segments: u16 = self.get(OFF_DISCARD + 16);
+            let discard_granularity: u32 = self.get(OFF_DISCARD + 4);
+            // Only single-segment discard is supported.
+            if max_discard_sectors != 0 && max_discard_segments != 1 {
+                return Err(EINVAL);
+            }
+            if discard_granularity == 0 {
+                return Err(EINVAL);
+            }
+        }
+
+        // The device numbers are read-only.
+        if types & TYPE_DEVT != 0 {
+            return Err(EINVAL);
+        }
+
+        // Devices are never zoned, so zoned parameters are invalid.
+        if types & TYPE_ZONED != 0 {
+            return Err(EINVAL);
+        }
+
+        if types & TYPE_DMA_ALIGN != 0 {
+            let alignment: u32 = self.get(OFF_DMA);
+            if alignment as usize >= kernel::page::PAGE_SIZE
+                || !alignment.wrapping_add(1).is_power_of_two()
+            {
+                return Err(EINVAL);
+            }
+        }
+
+        if types & TYPE_SEGMENT != 0 {
+            let seg_boundary_mask: u64 = self.get(OFF_SEG);
+            let max_segment_size: u32 = self.get(OFF_SEG + 8);
+            let boundary = seg_boundary_mask.wrapping_add(1);
+            if !boundary.is_power_of_two()
+                || boundary < MIN_SEGMENT_SIZE
+                || u64::from(max_segment_size) < MIN_SEGMENT_SIZE
+            {
+                return Err(EINVAL);
+            }
+        }
+
+        // Integrity needs `UBLK_F_INTEGRITY`, which the driver does not support.
+        if types & TYPE_INTEGRITY != 0 {
+            return Err(EINVAL);
+        }
+
+        Ok(())
+    }
+
+    /// Returns the parameters as `UBLK_U_CMD_GET_PARAMS` reports them: with the device numbers
+    /// of the character device and of the disk, if there is one (`0:0` otherwise).
+    pub(crate) fn with_devt(&self, char_devt: (u32, u32), disk_devt: (u32, u32)) -> Self {
+        let mut p = self.clone();
+        put(&mut p.raw, OFF_DEVT, &char_devt.0.to_ne_bytes());
+        put(&mut p.raw, OFF_DEVT + 4, &char_devt.1.to_ne_bytes());
+        put(&mut p.raw, OFF_DEVT + 8, &disk_devt.0.to_ne_bytes());
+        put(&mut p.raw, OFF_DEVT + 12, &disk_devt.1.to_ne_bytes());
+        p.set_types(p.types() | TYPE_DEVT);
+        p
+    }
+
+    /// Returns the bytes of `struct ublk_params`.
+    pub(crate) fn as_bytes(&self) -> &[u8; PARAMS_SIZE] {
+        &self.raw
+    }
+}
+
+/// Reads the `len` field of a `struct ublk_params_header`.
+pub(crate) fn header_len(header: &[u8; HEADER_SIZE]) -> u32 {
+    u32::at(header, OFF_LEN)
+}
+
+/// Reads the `types` field of a `struct ublk_params_header`.
+pub(crate) fn header_types(header: &[u8; HEADER_SIZE]) -> u32 {
+    u32::at(header, OFF_TYPES)
+}
