@@ -52,7 +52,8 @@ fn message_part(patch: &str) -> &str {
     }
 }
 
-/// Adds `Signed-off-by` before the `---` line and To/Cc to the mail headers.
+/// Makes the submitter the author (`From:`), adds their `Signed-off-by`
+/// before the `---` line and To/Cc to the mail headers.
 pub fn decorate(
     patch: &str,
     signoff: Option<&str>,
@@ -60,7 +61,15 @@ pub fn decorate(
     cc: &[String],
 ) -> Result<String> {
     let hdr_end = patch.find("\n\n").context("patch has no mail header")?;
-    let mut headers = patch[..hdr_end].to_string();
+    // The submitter sends the patch as its author.
+    let mut headers: String = patch[..hdr_end]
+        .lines()
+        .map(|l| match (l.strip_prefix("From: "), signoff) {
+            (Some(_), Some(me)) => format!("From: {me}"),
+            _ => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
     if !to.is_empty() {
         headers += &format!("\nTo: {}", to.join(",\n    "));
     }
@@ -221,6 +230,8 @@ mod tests {
         .unwrap();
         assert!(out
             .contains("Subject: [PATCH v2 1/4] ublk: x\nTo: list@vger\nCc: M <m@k>\n\nBody line."));
+        assert!(out.contains("\nFrom: A B <a@b>\n"), "{out}");
+        assert!(out.starts_with("From 123 Mon Sep 17"), "{out}");
         assert!(
             out.contains("Fixes: 0123456789ab (\"ublk: y\")\nSigned-off-by: A B <a@b>\n---\n"),
             "{out}"
