@@ -209,12 +209,8 @@ pub fn run(opts: &BenchOpts) -> Result<()> {
     )?;
     let g = Guest {
         kernel: &kernel,
-        job_dir: &job.dir,
-        initramfs: job.initramfs.clone(),
+        job: &job,
         accel: &accel,
-        cpus: guest::DEFAULT_CPUS,
-        memory_mb: guest::DEFAULT_MEMORY_MB,
-        cmdline: vec![],
     };
     phase(format!(
         "benchmark boot ({} rounds, {}s per fio run, {} devices)",

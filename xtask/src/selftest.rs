@@ -150,12 +150,8 @@ impl Ctx<'_> {
         let job = job::create(self.layout, name, self.kernel, self.userland, driver, mode)?;
         let g = Guest {
             kernel: self.kernel,
-            job_dir: &job.dir,
-            initramfs: job.initramfs.clone(),
+            job: &job,
             accel: self.accel,
-            cpus: guest::DEFAULT_CPUS,
-            memory_mb: guest::DEFAULT_MEMORY_MB,
-            cmdline: vec![],
         };
         let outcome = guest::run_watched(g.command(), limits, &job.console(), |line| {
             let l = line.trim_start();

@@ -60,12 +60,8 @@ pub fn run(opts: &VmOpts) -> Result<i32> {
     let job = job::create(&layout, "vm", &kernel, &userland, opts.driver, &mode)?;
     let g = Guest {
         kernel: &kernel,
-        job_dir: &job.dir,
-        initramfs: job.initramfs.clone(),
+        job: &job,
         accel: &accel,
-        cpus: guest::DEFAULT_CPUS,
-        memory_mb: guest::DEFAULT_MEMORY_MB,
-        cmdline: vec![],
     };
     if matches!(mode, Mode::Shell) {
         let st = g.command().status()?;

@@ -23,20 +23,16 @@ use std::process::Command;
 
 use crate::kbuild::Outputs;
 
-/// What to boot and how.
+/// What to boot: a kernel, and the job directory it runs.
 pub struct Guest<'a> {
     pub kernel: &'a Outputs,
-    pub job_dir: &'a Path,
-    pub initramfs: PathBuf,
+    pub job: &'a job::Job,
     pub accel: &'a Accel,
-    pub cpus: u32,
-    pub memory_mb: u32,
-    /// Extra kernel command line words.
-    pub cmdline: Vec<String>,
 }
 
-pub const DEFAULT_CPUS: u32 = 2;
-pub const DEFAULT_MEMORY_MB: u32 = 3072;
+/// vCPUs and memory of every guest.
+pub const CPUS: u32 = 2;
+pub const MEMORY_MB: u32 = 3072;
 
 impl Guest<'_> {
     pub fn command(&self) -> Command {
@@ -52,25 +48,24 @@ impl Guest<'_> {
             Accel::Kvm => c.args(["-accel", "kvm", "-cpu", "host"]),
             Accel::Tcg { .. } => c.args(["-accel", "tcg,thread=multi", "-cpu", "max"]),
         };
-        c.arg("-smp").arg(self.cpus.to_string());
-        c.arg("-m").arg(format!("{}M", self.memory_mb));
+        c.arg("-smp").arg(CPUS.to_string());
+        c.arg("-m").arg(format!("{MEMORY_MB}M"));
         c.arg("-kernel").arg(&self.kernel.bzimage);
-        c.arg("-initrd").arg(&self.initramfs);
-        let mut append = vec![
+        c.arg("-initrd").arg(&self.job.initramfs);
+        let append = [
             "console=ttyS0".to_string(),
             "loglevel=5".into(),
             "panic=-1".into(),
             "rdinit=/init".into(),
-            format!("xtask.job={}", self.job_dir.display()),
+            format!("xtask.job={}", self.job.dir.display()),
         ];
-        append.extend(self.cmdline.iter().cloned());
         c.arg("-append").arg(append.join(" "));
         c.args(["-serial", "stdio"]);
         c.arg("-virtfs")
             .arg("local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap");
         c.arg("-virtfs").arg(format!(
             "local,path={},mount_tag=job,security_model=none,multidevs=remap",
-            self.job_dir.display()
+            self.job.dir.display()
         ));
         c
     }
