@@ -101,7 +101,10 @@ use crate::{
         AsBytes,
         FromBytes, //
     },
-    types::NotThreadSafe, //
+    types::{
+        ForeignOwnable,
+        NotThreadSafe, //
+    },
 };
 use core::{
     marker::PhantomData,
@@ -109,8 +112,14 @@ use core::{
     ptr::NonNull, //
 };
 
-/// Size in bytes of the driver-private area (pdu) of an io_uring command.
-pub const PDU_SIZE: usize = 32;
+/// Size in bytes of the private area (pdu) of a `struct io_uring_cmd`.
+const RAW_PDU_SIZE: usize = 32;
+
+/// Size in bytes of the part of the pdu of an io_uring command that drivers use.
+///
+/// The rest of the pdu holds the data that [`QueuedIoUringCmd::complete_in_task_with`] passes to
+/// its callback.
+pub const PDU_SIZE: usize = RAW_PDU_SIZE - size_of::<*mut c_void>();
 
 /// Size in bytes of the command payload of a 64-byte SQE.
 pub const CMD_SIZE: usize = 16;
@@ -386,10 +395,10 @@ impl IoUringCmd<'_> {
     pub fn write_pdu<T: AsBytes>(&mut self, value: &T) {
         const { assert!(size_of::<T>() <= PDU_SIZE) };
 
-        // The type annotation checks at build time that the pdu is a `PDU_SIZE`-byte array.
+        // The type annotation checks at build time that the pdu is a `RAW_PDU_SIZE`-byte array.
         //
         // SAFETY: By the type invariants, `ptr` is valid.
-        let pdu: *mut [u8; PDU_SIZE] = unsafe { &raw mut (*self.as_raw()).pdu };
+        let pdu: *mut [u8; RAW_PDU_SIZE] = unsafe { &raw mut (*self.as_raw()).pdu };
         // SAFETY:
         // - `value` is valid for reads of `size_of::<T>()` bytes, all initialized since
         //   `T: AsBytes`, so the pdu stays initialized.
@@ -428,10 +437,10 @@ impl IoUringCmd<'_> {
 unsafe fn read_pdu<T: FromBytes>(cmd: *mut bindings::io_uring_cmd) -> T {
     const { assert!(size_of::<T>() <= PDU_SIZE) };
 
-    // The type annotation checks at build time that the pdu is a `PDU_SIZE`-byte array.
+    // The type annotation checks at build time that the pdu is a `RAW_PDU_SIZE`-byte array.
     //
     // SAFETY: By the safety requirements, `cmd` is valid.
-    let pdu: *const [u8; PDU_SIZE] = unsafe { &raw const (*cmd).pdu };
+    let pdu: *const [u8; RAW_PDU_SIZE] = unsafe { &raw const (*cmd).pdu };
     // SAFETY:
     // - `pdu` is valid for reads of `PDU_SIZE` bytes, which are enough for a `T`.
     // - By the safety requirements, the bytes are initialized and not written concurrently.
@@ -462,7 +471,9 @@ unsafe fn read_pdu<T: FromBytes>(cmd: *mut bindings::io_uring_cmd) -> T {
 /// - `ptr` points to a valid `struct io_uring_cmd` that was issued to a driver and queued (its
 ///   `uring_cmd` file operation returned, or is going to return, `-EIOCBQUEUED`), and that is not
 ///   completed yet. It stays valid until it is completed, which this object is responsible for.
-/// - The pdu of the command is initialized and no longer written.
+/// - The first [`PDU_SIZE`] bytes of the pdu of the command are initialized and no longer written.
+///   The other bytes of the pdu are only accessed by [`QueuedIoUringCmd::complete_in_task_with`]
+///   and its task work callback.
 pub struct QueuedIoUringCmd {
     ptr: NonNull<bindings::io_uring_cmd>,
 }
@@ -596,6 +607,55 @@ impl QueuedIoUringCmd {
     }
 }
 
+impl QueuedIoUringCmd {
+    /// Runs `callback` with `data` in the context of the task that submitted the command.
+    ///
+    /// This is [`QueuedIoUringCmd::complete_in_task`] for callbacks that need more than the
+    /// command and its pdu: `data` is kept in the command until the task work runs, and the
+    /// callback receives it back. A driver typically passes a reference to the object that the
+    /// command belongs to, for example an [`Arc`] of its queue.
+    ///
+    /// `callback` must not capture anything, which is checked at build time.
+    ///
+    /// [`Arc`]: crate::sync::Arc
+    pub fn complete_in_task_with<D, F>(self, data: D, callback: F)
+    where
+        D: ForeignOwnable + Send,
+        F: FnOnce(QueuedIoUringCmd, D, IssueFlags<'_>) + Send + 'static,
+    {
+        const {
+            assert!(
+                size_of::<F>() == 0,
+                "the callback must not capture anything"
+            )
+        };
+
+        // The trampoline materializes the callback again, from its type.
+        core::mem::forget(callback);
+        let this = ManuallyDrop::new(self);
+        let data = data.into_foreign();
+        // SAFETY: By the type invariants, `ptr` is valid, and the bytes of the pdu past `PDU_SIZE`
+        // are only accessed by this function and the task work it queues, which runs after this
+        // write. They are large enough for a pointer; the write is unaligned.
+        unsafe {
+            (&raw mut (*this.as_raw()).pdu)
+                .cast::<u8>()
+                .add(PDU_SIZE)
+                .cast::<*mut c_void>()
+                .write_unaligned(data)
+        };
+        // SAFETY: By the type invariants, `ptr` is a valid command that is not completed. `this`
+        // gives up the responsibility to complete it, which passes to the task work callback:
+        // `task_work_trampoline_with` takes it over, with `data`, and it runs exactly once.
+        unsafe {
+            bindings::io_uring_cmd_complete_in_task(
+                this.as_raw(),
+                Some(task_work_trampoline_with::<D, F>),
+            )
+        };
+    }
+}
+
 impl Drop for QueuedIoUringCmd {
     fn drop(&mut self) {
         // INVARIANT: `self` is being dropped, so `this` takes over the responsibility to complete
@@ -634,6 +694,51 @@ unsafe extern "C" fn task_work_trampoline<F>(
     let callback = unsafe { NonNull::<F>::dangling().as_ptr().read() };
 
     callback(cmd, issue_flags);
+}
+
+/// Task work callback of [`QueuedIoUringCmd::complete_in_task_with`].
+///
+/// # Safety
+///
+/// Must only be called by io_uring, as the task work of a command that was passed to
+/// `io_uring_cmd_complete_in_task()` by [`QueuedIoUringCmd::complete_in_task_with`] for `D` and
+/// `F`, after the value of `F` passed to it was forgotten.
+unsafe extern "C" fn task_work_trampoline_with<D, F>(
+    tw_req: bindings::io_tw_req,
+    tw: bindings::io_tw_token_t,
+) where
+    D: ForeignOwnable + Send,
+    F: FnOnce(QueuedIoUringCmd, D, IssueFlags<'_>) + Send + 'static,
+{
+    // SAFETY: By the safety requirements, this is the task work of a command.
+    let ptr = unsafe { bindings::io_uring_cmd_from_tw(tw_req) };
+    // SAFETY: By the safety requirements, `complete_in_task_with` stored the result of
+    // `D::into_foreign` past the first `PDU_SIZE` bytes of the pdu of `ptr`, which is valid, and
+    // nothing else accesses these bytes.
+    let data = unsafe {
+        (&raw const (*ptr).pdu)
+            .cast::<u8>()
+            .add(PDU_SIZE)
+            .cast::<*mut c_void>()
+            .read_unaligned()
+    };
+    // SAFETY: `data` comes from `D::into_foreign`, and the task work runs once, so it is turned
+    // back into a `D` once.
+    let data = unsafe { D::from_foreign(data) };
+    // SAFETY: By the safety requirements, this callback runs for a command that a
+    // `QueuedIoUringCmd` handed over to it, so the command is queued and not completed, and its pdu
+    // is initialized and no longer written. The task work runs once, so the responsibility to
+    // complete the command is taken over once.
+    let cmd = unsafe { QueuedIoUringCmd::from_raw(ptr) };
+    // SAFETY: This is an io_uring task work callback for `ptr`, which runs until it returns, and
+    // `tw.cancel` is the cancel flag of its token.
+    let issue_flags = unsafe { IssueFlags::from_task_work(ptr, tw.cancel) };
+    // SAFETY: `F` is a zero-sized type, which `complete_in_task_with` checked at build time, and
+    // it is inhabited because `complete_in_task_with` was passed a value of it. That value was
+    // forgotten, so materializing one here does not duplicate it.
+    let callback = unsafe { NonNull::<F>::dangling().as_ptr().read() };
+
+    callback(cmd, data, issue_flags);
 }
 
 /// A queued io_uring command that io_uring asks the driver to cancel.
@@ -736,7 +841,7 @@ pub(crate) unsafe fn dispatch_uring_cmd(
     //
     // SAFETY: `ioucmd` is a valid command that is being issued and not queued, so its pdu is
     // ours to write.
-    unsafe { (*ioucmd).pdu = [0; PDU_SIZE] };
+    unsafe { (*ioucmd).pdu = [0; RAW_PDU_SIZE] };
 
     let mut queued = false;
     // INVARIANT:

@@ -3,15 +3,22 @@
 //! `/dev/ublkcN`, the device through which the ublk server serves the I/O of a device.
 //!
 //! It is a misc device named `ublkcN`, registered with the device it belongs to. Only one
-//! process, the ublk server, can have it open at a time.
+//! process, the ublk server, can have it open at a time. The server maps the io descriptors of
+//! each queue read-only, and sends the io commands of [`crate::io`] with io_uring.
 
-use crate::device::UblkDevice;
+use crate::{
+    device::UblkDevice,
+    io, iodesc,
+    uapi::{self, IoCmd},
+};
 use kernel::{
     fs::File,
+    io_uring::{IoUringCmd, IoUringCmdCancel, IssueFlags},
     miscdevice::{MiscDevice, MiscDeviceRegistration},
+    mm::virt::VmaNew,
     prelude::*,
     str::CString,
-    sync::Arc,
+    sync::{Arc, ArcBorrow},
 };
 
 /// The file operations of `/dev/ublkcN`.
@@ -43,6 +50,45 @@ impl MiscDevice for CharDev {
     }
 
     fn release(dev: Arc<UblkDevice>, _file: &File) {
-        dev.state.lock().char_open = false;
+        // Every command of the server is completed by now, since a queued command keeps the file
+        // open. What the server was serving fails.
+        io::abort_all(&dev);
+        let mut state = dev.state.lock();
+        state.nr_fetched = 0;
+        state.char_open = false;
+        dev.ready.notify_all();
+    }
+
+    fn mmap(dev: ArcBorrow<'_, UblkDevice>, _file: &File, vma: &VmaNew) -> Result {
+        if vma.writable() {
+            return Err(EPERM);
+        }
+        let q_id = iodesc::queue_of(vma)?;
+        dev.queues.get(q_id)?.descs.map(q_id, vma)
+    }
+
+    fn uring_cmd(
+        dev: ArcBorrow<'_, UblkDevice>,
+        cmd: IoUringCmd<'_>,
+        issue_flags: IssueFlags<'_>,
+    ) -> Result<i32> {
+        let op = cmd.cmd_op();
+        if !matches!(uapi::ioc_type(op), 0 | 0x75) {
+            return Err(EOPNOTSUPP);
+        }
+        let io_cmd = IoCmd::parse(&cmd.read_cmd::<[u8; uapi::IO_CMD_SIZE]>()?);
+        match uapi::ioc_nr(op) {
+            uapi::IO_FETCH_REQ => io::fetch(&dev, cmd, issue_flags, &io_cmd),
+            uapi::IO_COMMIT_AND_FETCH_REQ => io::commit_and_fetch(&dev, cmd, issue_flags, &io_cmd),
+            _ => Err(EINVAL),
+        }
+    }
+
+    fn uring_cmd_cancel(
+        dev: ArcBorrow<'_, UblkDevice>,
+        cmd: IoUringCmdCancel<'_>,
+        issue_flags: IssueFlags<'_>,
+    ) {
+        io::cancel(&dev, cmd, issue_flags);
     }
 }

@@ -133,7 +133,16 @@ fn handle(ctl: &Control, cmd: &IoUringCmd<'_>, issue_flags: IssueFlags<'_>) -> R
     match nr {
         uapi::CMD_GET_DEV_INFO => get_dev_info(&dev, &header),
         uapi::CMD_GET_DEV_INFO2 => get_dev_info2(&dev, &header),
-        uapi::CMD_DEL_DEV | uapi::CMD_DEL_DEV_ASYNC => del_dev(ctl, &dev),
+        uapi::CMD_DEL_DEV => {
+            del_dev(ctl, &dev)?;
+            dev.wait_released()
+        }
+        uapi::CMD_DEL_DEV_ASYNC => del_dev(ctl, &dev),
+        uapi::CMD_START_DEV => dev.start(header.data as i32),
+        uapi::CMD_STOP_DEV => {
+            dev.stop();
+            Ok(())
+        }
         uapi::CMD_GET_QUEUE_AFFINITY => get_queue_affinity(&dev, &header),
         uapi::CMD_SET_PARAMS => set_params(&dev, &header),
         uapi::CMD_GET_PARAMS => get_params(ctl, &dev, &header),
@@ -266,8 +275,10 @@ fn add_dev(ctl: &Control, header: &CtrlCmd) -> Result {
 /// `UBLK_U_CMD_DEL_DEV` and `UBLK_U_CMD_DEL_DEV_ASYNC`: deletes a device.
 ///
 /// The device number can be reused as soon as this returns. A server that still has
-/// `/dev/ublkcN` open keeps the device object alive until it closes it.
+/// `/dev/ublkcN` open keeps the device object alive until it closes it; `UBLK_U_CMD_DEL_DEV`
+/// waits for that, `UBLK_U_CMD_DEL_DEV_ASYNC` does not.
 fn del_dev(ctl: &Control, dev: &UblkDevice) -> Result {
+    dev.stop();
     let entry = ctl.devices.lock().remove(&dev.id);
     // Deregisters `/dev/ublkcN` outside of the lock.
     drop(entry);
@@ -365,7 +376,7 @@ fn params_len(header: &CtrlCmd, set: bool) -> Result<usize> {
 fn set_params(dev: &UblkDevice, header: &CtrlCmd) -> Result {
     let len = params_len(header, true)?;
     let mut state = dev.state.lock();
-    if state.used {
+    if state.disk.is_some() {
         return Err(EACCES);
     }
     let mut bytes = [0u8; uapi::PARAMS_SIZE];
@@ -389,7 +400,8 @@ fn get_params(ctl: &Control, dev: &UblkDevice, header: &CtrlCmd) -> Result {
         .get(&dev.id)
         .map(|e| (e.char_dev.major(), e.char_dev.minor()))
         .unwrap_or((0, 0));
-    let params = dev.state.lock().params.with_devt(char_devt, (0, 0));
+    let disk_devt = dev.disk_devt();
+    let params = dev.state.lock().params.with_devt(char_devt, disk_devt);
     user_buf(header.addr, len)?
         .writer()
         .write_slice(&params.as_bytes()[..len])

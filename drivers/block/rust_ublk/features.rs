@@ -14,6 +14,7 @@ pub(crate) const F_AUTO_BUF_REG: u64 = 1 << 11;
 pub(crate) const F_QUIESCE: u64 = 1 << 12;
 pub(crate) const F_INTEGRITY: u64 = 1 << 16;
 pub(crate) const F_IO_DESC_SIZE: u64 = 1 << 20;
+pub(crate) const F_SUPPORT_RQ_AFFINITY: u64 = 1 << 21;
 
 /// The recovery flags, of which only some combinations make sense.
 pub(crate) const F_ALL_RECOVERY_FLAGS: u64 =
@@ -26,7 +27,8 @@ pub(crate) const MAX_IO_DESC_SIZE: u16 = 256;
 ///
 /// `UBLK_U_CMD_GET_FEATURES` returns exactly these, and `UBLK_U_CMD_ADD_DEV` clears every other
 /// flag that user space asks for, so that the flags it returns are those the device really has.
-pub(crate) const F_ALL: u64 = F_CMD_IOCTL_ENCODE | F_URING_CMD_COMP_IN_TASK;
+pub(crate) const F_ALL: u64 =
+    F_CMD_IOCTL_ENCODE | F_URING_CMD_COMP_IN_TASK | F_SUPPORT_RQ_AFFINITY;
 
 /// The flags that every device has, whether user space asked for them or not.
 ///

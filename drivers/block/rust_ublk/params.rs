@@ -7,7 +7,11 @@
 //! was set; they are validated as the C driver does.
 
 use crate::uapi::{put, Field, PARAMS_SIZE};
-use kernel::{page::PAGE_SHIFT, prelude::*};
+use kernel::{
+    block::mq::gen_disk::GenDiskBuilder,
+    page::{PAGE_SHIFT, PAGE_SIZE},
+    prelude::*,
+};
 
 pub(crate) const TYPE_BASIC: u32 = 1 << 0;
 pub(crate) const TYPE_DISCARD: u32 = 1 << 1;
@@ -26,6 +30,12 @@ pub(crate) const TYPE_ALL: u32 = TYPE_BASIC
     | TYPE_DMA_ALIGN
     | TYPE_SEGMENT
     | TYPE_INTEGRITY;
+
+// Device attributes (`UBLK_ATTR_*`) of the basic parameters.
+const ATTR_READ_ONLY: u32 = 1 << 0;
+const ATTR_ROTATIONAL: u32 = 1 << 1;
+const ATTR_VOLATILE_CACHE: u32 = 1 << 2;
+const ATTR_FUA: u32 = 1 << 3;
 
 /// Size of `struct ublk_params_header` (`len` and `types`).
 pub(crate) const HEADER_SIZE: usize = 8;
@@ -192,6 +202,51 @@ impl Params {
         }
 
         Ok(())
+    }
+
+    /// Returns a builder of the disk of a device with these parameters, which were validated.
+    pub(crate) fn disk_builder(&self) -> Result<GenDiskBuilder> {
+        let types = self.types();
+        if types & TYPE_BASIC == 0 {
+            return Err(EINVAL);
+        }
+        let p = self.basic();
+        let mut b = GenDiskBuilder::new()
+            .logical_block_size(1u32 << p.logical_bs_shift)?
+            .physical_block_size((1u32 << p.physical_bs_shift).min(PAGE_SIZE as u32))?
+            .capacity_sectors(p.dev_sectors)
+            .max_hw_sectors(p.max_sectors)
+            // As the C driver: no segment limits of its own, 4-byte aligned direct I/O.
+            .segments(u16::MAX, u32::MAX, 0)
+            .dma_alignment(3)
+            .io_sizes(1u32 << p.io_min_shift, 1u32 << p.io_opt_shift)
+            .rotational(p.attrs & ATTR_ROTATIONAL != 0)
+            .read_only(p.attrs & ATTR_READ_ONLY != 0)
+            .write_cache(
+                p.attrs & ATTR_VOLATILE_CACHE != 0,
+                p.attrs & ATTR_FUA != 0,
+            );
+        if types & TYPE_DISCARD != 0 {
+            let alignment: u32 = self.get(OFF_DISCARD);
+            let granularity: u32 = self.get(OFF_DISCARD + 4);
+            let max_sectors: u32 = self.get(OFF_DISCARD + 8);
+            let max_write_zeroes: u32 = self.get(OFF_DISCARD + 12);
+            let max_segments: u16 = self.get(OFF_DISCARD + 16);
+            b = b
+                .discard(max_sectors, max_segments, granularity, alignment)
+                .max_write_zeroes_sectors(max_write_zeroes);
+        }
+        if types & TYPE_DMA_ALIGN != 0 {
+            b = b.dma_alignment(self.get(OFF_DMA));
+        }
+        if types & TYPE_SEGMENT != 0 {
+            b = b.segments(
+                self.get(OFF_SEG + 12),
+                self.get(OFF_SEG + 8),
+                self.get(OFF_SEG),
+            );
+        }
+        Ok(b)
     }
 
     /// Returns the parameters as `UBLK_U_CMD_GET_PARAMS` reports them: with the device numbers

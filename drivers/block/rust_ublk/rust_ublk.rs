@@ -28,6 +28,8 @@ mod chardev;
 mod control;
 mod device;
 mod features;
+mod io;
+mod iodesc;
 mod params;
 mod queue;
 mod uapi;

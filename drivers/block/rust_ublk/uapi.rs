@@ -25,17 +25,39 @@ pub(crate) const MAX_NR_QUEUES: u16 = 4096;
 
 /// Device states (`UBLK_S_DEV_*`).
 pub(crate) const S_DEV_DEAD: u16 = 0;
+pub(crate) const S_DEV_LIVE: u16 = 1;
 
 // Control command numbers (`UBLK_CMD_*`, `_IOC_NR()` of `UBLK_U_CMD_*`).
 pub(crate) const CMD_GET_QUEUE_AFFINITY: u32 = 0x01;
 pub(crate) const CMD_GET_DEV_INFO: u32 = 0x02;
 pub(crate) const CMD_ADD_DEV: u32 = 0x04;
 pub(crate) const CMD_DEL_DEV: u32 = 0x05;
+pub(crate) const CMD_START_DEV: u32 = 0x06;
+pub(crate) const CMD_STOP_DEV: u32 = 0x07;
 pub(crate) const CMD_SET_PARAMS: u32 = 0x08;
 pub(crate) const CMD_GET_PARAMS: u32 = 0x09;
 pub(crate) const CMD_GET_DEV_INFO2: u32 = 0x12;
 pub(crate) const CMD_GET_FEATURES: u32 = 0x13;
 pub(crate) const CMD_DEL_DEV_ASYNC: u32 = 0x14;
+
+// I/O command numbers (`UBLK_IO_*`, `_IOC_NR()` of `UBLK_U_IO_*`).
+pub(crate) const IO_FETCH_REQ: u32 = 0x20;
+pub(crate) const IO_COMMIT_AND_FETCH_REQ: u32 = 0x21;
+
+/// Size of `struct ublksrv_io_cmd`, the payload of I/O commands.
+pub(crate) const IO_CMD_SIZE: usize = 16;
+
+// Operations of I/O descriptors (`UBLK_IO_OP_*`) and their flags (`UBLK_IO_F_*`).
+pub(crate) const IO_OP_READ: u32 = 0;
+pub(crate) const IO_OP_WRITE: u32 = 1;
+pub(crate) const IO_OP_FLUSH: u32 = 2;
+pub(crate) const IO_OP_DISCARD: u32 = 3;
+pub(crate) const IO_OP_WRITE_ZEROES: u32 = 5;
+pub(crate) const IO_F_FUA: u32 = 1 << 13;
+pub(crate) const IO_F_NOUNMAP: u32 = 1 << 15;
+
+/// Offset in `/dev/ublkcN` of the io descriptors of queue 0 (`UBLKSRV_CMD_BUF_OFFSET`).
+pub(crate) const CMD_BUF_OFFSET: usize = 0;
 
 const CTRL: u32 = b'u' as u32;
 
@@ -125,6 +147,46 @@ impl CtrlCmd {
             data: u64_at(b, 16),
             dev_path_len: u16_at(b, 24),
         }
+    }
+}
+
+/// `struct ublksrv_io_cmd`, the payload of an I/O command.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct IoCmd {
+    pub(crate) q_id: u16,
+    pub(crate) tag: u16,
+    pub(crate) result: i32,
+    pub(crate) addr: u64,
+}
+
+impl IoCmd {
+    pub(crate) fn parse(b: &[u8; IO_CMD_SIZE]) -> Self {
+        Self {
+            q_id: u16_at(b, 0),
+            tag: u16_at(b, 2),
+            result: i32::from_ne_bytes(u32_at(b, 4).to_ne_bytes()),
+            addr: u64_at(b, 8),
+        }
+    }
+}
+
+/// `struct ublksrv_io_desc`, what the server reads about a request.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct IoDesc {
+    pub(crate) op_flags: u32,
+    pub(crate) nr_sectors: u32,
+    pub(crate) start_sector: u64,
+    pub(crate) addr: u64,
+}
+
+impl IoDesc {
+    pub(crate) fn to_bytes(self) -> [u8; IO_DESC_SIZE] {
+        let mut b = [0u8; IO_DESC_SIZE];
+        put(&mut b, 0, &self.op_flags.to_ne_bytes());
+        put(&mut b, 4, &self.nr_sectors.to_ne_bytes());
+        put(&mut b, 8, &self.start_sector.to_ne_bytes());
+        put(&mut b, 16, &self.addr.to_ne_bytes());
+        b
     }
 }
 
