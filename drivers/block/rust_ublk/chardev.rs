@@ -16,6 +16,7 @@ use kernel::{
     io_uring::{IoUringCmd, IoUringCmdCancel, IssueFlags},
     miscdevice::{MiscDevice, MiscDeviceRegistration},
     mm::virt::VmaNew,
+    current,
     prelude::*,
     str::CString,
     sync::{Arc, ArcBorrow},
@@ -45,6 +46,7 @@ impl MiscDevice for CharDev {
             return Err(EBUSY);
         }
         state.char_open = true;
+        state.server_tgid = Some(current!().tgid());
         drop(state);
         Ok(dev.clone())
     }
@@ -53,13 +55,29 @@ impl MiscDevice for CharDev {
         // Every command of the server is completed by now, since a queued command keeps the file
         // open. What the server was serving fails.
         io::abort_all(&dev);
+        // Without user recovery, a started device dies with its server: its disk goes away, and
+        // the device can only be deleted.
+        dev.stop();
+        io::reset_all(&dev);
         let mut state = dev.state.lock();
         state.nr_fetched = 0;
         state.char_open = false;
+        state.server_tgid = None;
+        state.server_mm = None;
         dev.ready.notify_all();
     }
 
     fn mmap(dev: ArcBorrow<'_, UblkDevice>, _file: &File, vma: &VmaNew) -> Result {
+        {
+            // Only one process maps the io descriptors: the server.
+            let mm = core::ptr::from_ref(vma.mm()) as usize;
+            let mut state = dev.state.lock();
+            match state.server_mm {
+                None => state.server_mm = Some(mm),
+                Some(server) if server != mm => return Err(EINVAL),
+                Some(_) => {}
+            }
+        }
         if vma.writable() {
             return Err(EPERM);
         }
@@ -76,11 +94,18 @@ impl MiscDevice for CharDev {
         if !matches!(uapi::ioc_type(op), 0 | 0x75) {
             return Err(EOPNOTSUPP);
         }
+        // Zero copy buffers are never registered; the C driver answers this before looking at
+        // the queue and tag.
+        if uapi::ioc_nr(op) == uapi::IO_UNREGISTER_IO_BUF {
+            return Err(EINVAL);
+        }
         let io_cmd = IoCmd::parse(&cmd.read_cmd::<[u8; uapi::IO_CMD_SIZE]>()?);
         match uapi::ioc_nr(op) {
             uapi::IO_FETCH_REQ => io::fetch(&dev, cmd, issue_flags, &io_cmd),
             uapi::IO_COMMIT_AND_FETCH_REQ => io::commit_and_fetch(&dev, cmd, issue_flags, &io_cmd),
-            _ => Err(EINVAL),
+            // Other commands need features that devices of this driver lack; the C driver first
+            // checks that the slot belongs to the calling server task.
+            _ => io::check_owner(&dev, &io_cmd).and(Err(EINVAL)),
         }
     }
 

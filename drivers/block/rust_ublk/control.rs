@@ -139,6 +139,17 @@ fn handle(ctl: &Control, cmd: &IoUringCmd<'_>, issue_flags: IssueFlags<'_>) -> R
         }
         uapi::CMD_DEL_DEV_ASYNC => del_dev(ctl, &dev),
         uapi::CMD_START_DEV => dev.start(header.data as i32),
+        // Commands of features that no device of this driver has: what the C driver answers for
+        // a device without the feature.
+        uapi::CMD_START_USER_RECOVERY | uapi::CMD_END_USER_RECOVERY => Err(EINVAL),
+        uapi::CMD_QUIESCE_DEV => Err(EOPNOTSUPP),
+        uapi::CMD_UPDATE_SIZE | uapi::CMD_TRY_STOP_DEV => {
+            if dev.is_started() {
+                Err(EOPNOTSUPP)
+            } else {
+                Err(ENODEV)
+            }
+        }
         uapi::CMD_STOP_DEV => {
             dev.stop();
             Ok(())
@@ -180,7 +191,7 @@ fn check_requested_flags(info: &DevInfo) -> Result {
     {
         return Err(EINVAL);
     }
-    if flags & F_INTEGRITY != 0 && flags & F_USER_COPY == 0 {
+    if flags & (F_INTEGRITY | F_ZONED) != 0 && flags & F_USER_COPY == 0 {
         return Err(EINVAL);
     }
     if flags & F_IO_DESC_SIZE != 0 {
@@ -215,13 +226,18 @@ fn add_dev(ctl: &Control, header: &CtrlCmd) -> Result {
         return Err(EINVAL);
     }
 
+    // As the C driver: only privileged callers, or callers asking for an unprivileged device,
+    // get to the checks of the flags.
+    let privileged = capable(Capability::SYS_ADMIN);
+    if !privileged && info.flags & F_UNPRIVILEGED_DEV == 0 {
+        return Err(EPERM);
+    }
+    check_requested_flags(&info)?;
     // Unprivileged devices are not supported.
-    if !capable(Capability::SYS_ADMIN) {
+    if !privileged {
         return Err(EPERM);
     }
     info.flags &= !F_UNPRIVILEGED_DEV;
-
-    check_requested_flags(&info)?;
 
     if header.dev_id != info.dev_id {
         return Err(EINVAL);

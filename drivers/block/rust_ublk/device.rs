@@ -5,7 +5,7 @@
 use crate::{
     features::F_SUPPORT_RQ_AFFINITY,
     io,
-    params::Params,
+    params::{self, Params},
     queue::{self, Queues, UblkQueue},
     uapi::{self, DevInfo},
 };
@@ -14,6 +14,7 @@ use kernel::{
     new_condvar, new_mutex,
     prelude::*,
     sync::{Arc, CondVar, Mutex},
+    task::Pid,
 };
 
 /// The state of a device that commands change.
@@ -28,6 +29,11 @@ pub(crate) struct DeviceState {
     pub(crate) nr_fetched: u32,
     /// The disk, `/dev/ublkbN`, while the device is started.
     pub(crate) disk: Option<GenDisk<UblkQueue>>,
+    /// The process that has `/dev/ublkcN` open: the server, which `UBLK_U_CMD_START_DEV` names.
+    pub(crate) server_tgid: Option<Pid>,
+    /// The address space that mapped the io descriptors first; the only one that may map them.
+    /// Only compared, never dereferenced.
+    pub(crate) server_mm: Option<usize>,
 }
 
 /// A ublk device.
@@ -71,6 +77,8 @@ impl UblkDevice {
                     char_open: false,
                     nr_fetched: 0,
                     disk: None,
+                    server_tgid: None,
+                    server_mm: None,
                 }),
                 ready <- new_condvar!(),
                 tag_set,
@@ -96,10 +104,16 @@ impl UblkDevice {
             return Err(EINVAL);
         }
         let mut state = self.state.lock();
+        if state.params.types() & params::TYPE_BASIC == 0 {
+            return Err(EINVAL);
+        }
         while state.nr_fetched < self.nr_ios() {
             if self.ready.wait_interruptible(&mut state) {
                 return Err(EINTR);
             }
+        }
+        if state.server_tgid != Some(pid) {
+            return Err(EINVAL);
         }
         if state.disk.is_some() {
             return Err(EEXIST);
@@ -125,6 +139,11 @@ impl UblkDevice {
         drop(state.disk.take());
         state.info.state = uapi::S_DEV_DEAD;
         io::stop_all(self);
+    }
+
+    /// Returns whether the device is started, with a disk.
+    pub(crate) fn is_started(&self) -> bool {
+        self.state.lock().disk.is_some()
     }
 
     /// Waits until the server closed `/dev/ublkcN`.

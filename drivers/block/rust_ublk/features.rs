@@ -9,6 +9,7 @@ pub(crate) const F_USER_RECOVERY_REISSUE: u64 = 1 << 4;
 pub(crate) const F_UNPRIVILEGED_DEV: u64 = 1 << 5;
 pub(crate) const F_CMD_IOCTL_ENCODE: u64 = 1 << 6;
 pub(crate) const F_USER_COPY: u64 = 1 << 7;
+pub(crate) const F_ZONED: u64 = 1 << 8;
 pub(crate) const F_USER_RECOVERY_FAIL_IO: u64 = 1 << 9;
 pub(crate) const F_AUTO_BUF_REG: u64 = 1 << 11;
 pub(crate) const F_QUIESCE: u64 = 1 << 12;
@@ -27,8 +28,7 @@ pub(crate) const MAX_IO_DESC_SIZE: u16 = 256;
 ///
 /// `UBLK_U_CMD_GET_FEATURES` returns exactly these, and `UBLK_U_CMD_ADD_DEV` clears every other
 /// flag that user space asks for, so that the flags it returns are those the device really has.
-pub(crate) const F_ALL: u64 =
-    F_CMD_IOCTL_ENCODE | F_URING_CMD_COMP_IN_TASK | F_SUPPORT_RQ_AFFINITY;
+pub(crate) const F_ALL: u64 = F_CMD_IOCTL_ENCODE | F_URING_CMD_COMP_IN_TASK | F_SUPPORT_RQ_AFFINITY;
 
 /// The flags that every device has, whether user space asked for them or not.
 ///

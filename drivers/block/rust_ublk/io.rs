@@ -26,7 +26,9 @@ use kernel::{
     block::{mq::Request, BlkStatus, ReqOp},
     io_uring::{IoUringCmd, IoUringCmdCancel, IssueFlags, QueuedIoUringCmd},
     prelude::*,
+    current,
     sync::{aref::ARef, atomic::Relaxed, Arc},
+    task::Pid,
     uaccess::{UserPtr, UserSlice},
 };
 
@@ -49,6 +51,8 @@ pub(crate) struct Io {
     state: IoState,
     /// The server's buffer for the data of the slot's requests.
     addr: u64,
+    /// The server thread that fetched the slot, the only one that may send its other commands.
+    task: Option<Pid>,
 }
 
 impl Io {
@@ -56,6 +60,7 @@ impl Io {
         Self {
             state: IoState::Idle,
             addr: 0,
+            task: None,
         }
     }
 
@@ -156,6 +161,7 @@ fn deliver(cmd: QueuedIoUringCmd, queue: Arc<Queue>, issue_flags: IssueFlags<'_>
             Some(Io {
                 state: IoState::Serving(rq),
                 addr,
+                ..
             }) => Some((rq.clone(), *addr)),
             _ => None,
         }
@@ -242,6 +248,21 @@ fn slot_of<'a>(dev: &'a UblkDevice, io_cmd: &IoCmd) -> Result<&'a Arc<Queue>> {
     Ok(queue)
 }
 
+/// Checks that the io slot of a command other than a fetch belongs to the calling server thread
+/// and holds a request, as the C driver does before it looks at the command.
+pub(crate) fn check_owner(dev: &UblkDevice, io_cmd: &IoCmd) -> Result {
+    let queue = slot_of(dev, io_cmd)?;
+    let slots = queue.slots.lock();
+    let io = &slots.ios[usize::from(io_cmd.tag)];
+    if io.task != Some(current!().pid()) {
+        return Err(EINVAL);
+    }
+    match io.state {
+        IoState::Serving(_) => Ok(()),
+        _ => Err(EBUSY),
+    }
+}
+
 /// `UBLK_U_IO_FETCH_REQ`: the server offers an io slot for the first time.
 pub(crate) fn fetch(
     dev: &UblkDevice,
@@ -282,6 +303,7 @@ pub(crate) fn fetch(
         slots.dead = false;
         let io = &mut slots.ios[tag];
         io.addr = io_cmd.addr;
+        io.task = Some(current!().pid());
         io.state = IoState::Fetched(cmd);
     }
     state.nr_fetched += 1;
@@ -305,6 +327,9 @@ pub(crate) fn commit_and_fetch(
     let rq = {
         let mut slots = queue.slots.lock();
         let io = &mut slots.ios[tag];
+        if io.task != Some(current!().pid()) {
+            return Err(EINVAL);
+        }
         match io.take() {
             // Copy mode: the data of the request is in the buffer the command names.
             IoState::Serving(rq) if io_cmd.addr != 0 => rq,
@@ -396,6 +421,18 @@ pub(crate) fn abort_all(dev: &UblkDevice) {
             if let Some(rq) = state {
                 finish(queue, rq, EIO.to_errno(), 0);
             }
+        }
+    }
+}
+
+/// The server is gone: a new server may fetch the io slots again.
+pub(crate) fn reset_all(dev: &UblkDevice) {
+    for queue in dev.queues.iter() {
+        let mut slots = queue.slots.lock();
+        slots.stopping = false;
+        slots.dead = false;
+        for io in slots.ios.iter_mut() {
+            io.task = None;
         }
     }
 }

@@ -95,8 +95,6 @@ impl IoDescs {
 /// Returns the queue whose descriptors a mapping of `/dev/ublkcN` at `vma` asks for.
 pub(crate) fn queue_of(vma: &VmaNew) -> Result<usize> {
     let offset = vma.pgoff() * PAGE_SIZE;
-    if offset < CMD_BUF_OFFSET {
-        return Err(EINVAL);
-    }
-    Ok((offset - CMD_BUF_OFFSET) / area_stride())
+    let offset = offset.checked_sub(CMD_BUF_OFFSET).ok_or(EINVAL)?;
+    Ok(offset / area_stride())
 }

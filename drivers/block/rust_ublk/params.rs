@@ -222,10 +222,7 @@ impl Params {
             .io_sizes(1u32 << p.io_min_shift, 1u32 << p.io_opt_shift)
             .rotational(p.attrs & ATTR_ROTATIONAL != 0)
             .read_only(p.attrs & ATTR_READ_ONLY != 0)
-            .write_cache(
-                p.attrs & ATTR_VOLATILE_CACHE != 0,
-                p.attrs & ATTR_FUA != 0,
-            );
+            .write_cache(p.attrs & ATTR_VOLATILE_CACHE != 0, p.attrs & ATTR_FUA != 0);
         if types & TYPE_DISCARD != 0 {
             let alignment: u32 = self.get(OFF_DISCARD);
             let granularity: u32 = self.get(OFF_DISCARD + 4);

@@ -36,13 +36,19 @@ pub(crate) const CMD_START_DEV: u32 = 0x06;
 pub(crate) const CMD_STOP_DEV: u32 = 0x07;
 pub(crate) const CMD_SET_PARAMS: u32 = 0x08;
 pub(crate) const CMD_GET_PARAMS: u32 = 0x09;
+pub(crate) const CMD_START_USER_RECOVERY: u32 = 0x10;
+pub(crate) const CMD_END_USER_RECOVERY: u32 = 0x11;
 pub(crate) const CMD_GET_DEV_INFO2: u32 = 0x12;
 pub(crate) const CMD_GET_FEATURES: u32 = 0x13;
 pub(crate) const CMD_DEL_DEV_ASYNC: u32 = 0x14;
+pub(crate) const CMD_UPDATE_SIZE: u32 = 0x15;
+pub(crate) const CMD_QUIESCE_DEV: u32 = 0x16;
+pub(crate) const CMD_TRY_STOP_DEV: u32 = 0x17;
 
 // I/O command numbers (`UBLK_IO_*`, `_IOC_NR()` of `UBLK_U_IO_*`).
 pub(crate) const IO_FETCH_REQ: u32 = 0x20;
 pub(crate) const IO_COMMIT_AND_FETCH_REQ: u32 = 0x21;
+pub(crate) const IO_UNREGISTER_IO_BUF: u32 = 0x24;
 
 /// Size of `struct ublksrv_io_cmd`, the payload of I/O commands.
 pub(crate) const IO_CMD_SIZE: usize = 16;
