@@ -24,6 +24,25 @@ const KSFT_PASS: u8 = 0;
 const KSFT_FAIL: u8 = 1;
 const KSFT_SKIP: u8 = 4;
 
+/// A case passes if the probe got what the C driver gives and every device
+/// it created could be deleted.
+fn verdict(
+    expect: ring::Got,
+    got: anyhow::Result<ring::Got>,
+    leftovers: &[String],
+) -> Result<(), String> {
+    let v = match got {
+        Ok(g) if g == expect => Ok(()),
+        Ok(g) => Err(format!("expected {}, got {}", show(expect), show(g))),
+        Err(e) => Err(format!("{e:#}")),
+    };
+    match (v, leftovers.is_empty()) {
+        (v, true) => v,
+        (Ok(()), false) => Err(format!("cleanup: {}", leftovers.join("; "))),
+        (Err(e), false) => Err(format!("{e}; cleanup: {}", leftovers.join("; "))),
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let list = args.iter().any(|a| a == "--list");
@@ -63,16 +82,7 @@ fn main() -> ExitCode {
         let n = i + 1;
         let got = (case.run)(&mut env);
         let leftovers = env.cleanup();
-        let verdict = match got {
-            Ok(g) if g == case.expect => Ok(()),
-            Ok(g) => Err(format!("expected {}, got {}", show(case.expect), show(g))),
-            Err(e) => Err(format!("{e:#}")),
-        };
-        let verdict = match (verdict, leftovers.is_empty()) {
-            (v, true) => v,
-            (Ok(()), false) => Err(format!("cleanup: {}", leftovers.join("; "))),
-            (Err(e), false) => Err(format!("{e}; cleanup: {}", leftovers.join("; "))),
-        };
+        let verdict = verdict(case.expect, got, &leftovers);
         match verdict {
             Ok(()) => println!("ok {n} {}", case.name),
             Err(why) => {
@@ -90,5 +100,33 @@ fn main() -> ExitCode {
         ExitCode::from(KSFT_PASS)
     } else {
         ExitCode::from(KSFT_FAIL)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::Got;
+
+    #[test]
+    fn verdicts() {
+        let einval = Got::Res(-libc::EINVAL);
+        assert_eq!(verdict(einval, Ok(einval), &[]), Ok(()));
+        assert_eq!(
+            verdict(einval, Ok(Got::Res(-libc::ENODEV)), &[]),
+            Err("expected -EINVAL, got -ENODEV".into())
+        );
+        assert_eq!(
+            verdict(Got::Pending, Ok(Got::Res(0)), &[]),
+            Err("expected no completion (queued), got 0".into())
+        );
+        assert_eq!(
+            verdict(einval, Err(anyhow::anyhow!("setup: x")), &["y".into()]),
+            Err("setup: x; cleanup: y".into())
+        );
+        assert_eq!(
+            verdict(einval, Ok(einval), &["y".into()]),
+            Err("cleanup: y".into())
+        );
     }
 }
