@@ -5,58 +5,20 @@
 use anyhow::{bail, Result};
 use io_uring::squeue;
 use libc::{EBUSY, EINVAL, ENODEV};
-use std::fs::File;
 use std::os::fd::AsRawFd;
 use ublk_uapi::ioctl::{iowr, UBLK_IOC_TYPE};
 use ublk_uapi::*;
 
+use super::server::Server;
 use super::{case, err, Case, QUEUED};
-use crate::chardev::{io_sqe, open_setup, IoBuf};
+use crate::chardev::io_sqe;
 use crate::ctrl::hdr;
-use crate::env::{Dev, Env};
+use crate::env::Env;
 use crate::errno::show;
 use crate::ring::{Got, Ring, PEEK};
 
 /// An io opcode the driver does not know.
 const UNKNOWN_IO: u32 = iowr(UBLK_IOC_TYPE, 0x30, std::mem::size_of::<UblksrvIoCmd>());
-
-/// A would-be server: the open char device and a ring for io commands.
-/// Fields drop in order: the ring first (cancelling queued FETCHes), then
-/// the char device, then the buffer.
-struct Server {
-    ring: Ring<squeue::Entry>,
-    file: File,
-    buf: IoBuf,
-    dev: Dev,
-}
-
-impl Server {
-    /// A device with one queue of `depth` tags, its char device open.
-    fn new(env: &mut Env, depth: u16) -> Result<Self> {
-        let dev = env.add(1, depth, 0)?;
-        let file = open_setup(dev.id)?;
-        Ok(Server {
-            ring: Ring::new()?,
-            file,
-            buf: IoBuf::new(),
-            dev,
-        })
-    }
-
-    fn cmd(&mut self, op: u32, q_id: u16, tag: u16, addr: u64) -> Result<Got> {
-        let fd = self.file.as_raw_fd();
-        self.ring.run(io_sqe(fd, op, q_id, tag, addr), PEEK)
-    }
-
-    /// A FETCH_REQ that must be queued (setup step).
-    fn fetch(&mut self, tag: u16) -> Result<()> {
-        let addr = self.buf.addr();
-        match self.cmd(UBLK_U_IO_FETCH_REQ, 0, tag, addr)? {
-            Got::Pending => Ok(()),
-            got => bail!("setup: FETCH_REQ of tag {tag} completed with {}", show(got)),
-        }
-    }
-}
 
 fn probe(env: &mut Env, depth: u16, fetched: &[u16], op: u32, q_id: u16, tag: u16) -> Result<Got> {
     let mut s = Server::new(env, depth)?;

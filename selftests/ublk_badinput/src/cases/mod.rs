@@ -15,6 +15,8 @@ mod chardev;
 mod ctrl;
 mod io;
 mod params;
+mod server;
+mod start;
 mod unpriv;
 
 pub struct Case {
@@ -51,6 +53,7 @@ pub fn all() -> Vec<&'static Case> {
         unpriv::CASES,
         chardev::CASES,
         io::CASES,
+        start::CASES,
     ]
     .into_iter()
     .flatten()
