@@ -15,6 +15,11 @@ pub const OVERLAY: &[(&str, &str)] = &[
     ("selftests", "tools/testing/selftests/ublk"),
 ];
 
+/// Repository paths under an overlay directory that stay out of the kernel
+/// tree: host-side programs that the harness builds itself (the Rust
+/// selftest crates; see `userland::rust_selftests`).
+pub const OVERLAY_SKIP: &[&str] = &["selftests/ublk_badinput"];
+
 /// Directory of patch series, applied in lexicographic order of series
 /// directories and then of files; cover letters are not applied.
 pub const PATCHES: &str = "patches";
@@ -108,7 +113,7 @@ pub fn overlay_target(rel: &Path) -> Option<PathBuf> {
     let mut comps = rel.components();
     let top = comps.next()?.as_os_str().to_str()?;
     let rest = comps.as_path();
-    if rest.as_os_str().is_empty() {
+    if rest.as_os_str().is_empty() || OVERLAY_SKIP.iter().any(|s| rel.starts_with(s)) {
         return None;
     }
     OVERLAY
@@ -133,5 +138,10 @@ mod tests {
         );
         assert!(overlay_target(Path::new("xtask/src/main.rs")).is_none());
         assert!(overlay_target(Path::new("selftests")).is_none());
+        assert!(overlay_target(Path::new("selftests/ublk_badinput/src/main.rs")).is_none());
+        assert_eq!(
+            overlay_target(Path::new("selftests/test_badinput_01.sh")).unwrap(),
+            Path::new("tools/testing/selftests/ublk/test_badinput_01.sh")
+        );
     }
 }

@@ -1,7 +1,9 @@
 //! Userspace for the guest: liburing >= 2.4 in a private sysroot, kublk and
-//! the ublk selftests built from the prepared tree, and the udev and sfdisk
-//! binaries the selftests want (unpacked from Debian packages matching the
-//! host's libraries, copied into the guest's writable root at boot).
+//! the ublk selftests built from the prepared tree, our Rust selftest
+//! programs built from this workspace and installed next to kublk, and the
+//! udev and sfdisk binaries the selftests want (unpacked from Debian packages
+//! matching the host's libraries, copied into the guest's writable root at
+//! boot).
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -153,11 +155,52 @@ fn selftests(layout: &Layout, kernel: &Outputs, sysroot: &Path) -> Result<PathBu
     Ok(install)
 }
 
+/// Rust selftest programs, as (cargo package, binary): built on the host
+/// (the guest runs them from the host's root) and installed into the
+/// selftests directory, where their wrapper scripts (`selftests/test_*.sh`,
+/// listed in the Makefile by a patch) look for them.
+pub const RUST_SELFTESTS: &[(&str, &str)] = &[("ublk-badinput", "ublk_badinput")];
+
+/// Builds the [`RUST_SELFTESTS`] (cargo handles staleness) and copies them
+/// into `install`.
+fn rust_selftests(layout: &Layout, install: &Path) -> Result<()> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let target = match std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from) {
+        Some(t) if t.is_absolute() => t,
+        Some(t) => layout.repo.join(t),
+        None => layout.repo.join("target"),
+    };
+    for (pkg, bin) in RUST_SELFTESTS {
+        phase(format!("building {bin} (cargo build --release -p {pkg})"));
+        let status = Command::new(&cargo)
+            .current_dir(&layout.repo)
+            .args([
+                "build",
+                "--release",
+                "--quiet",
+                "--package",
+                pkg,
+                "--bin",
+                bin,
+            ])
+            .status()
+            .with_context(|| format!("running cargo build for {pkg}"))?;
+        if !status.success() {
+            bail!("building {pkg} failed ({status})");
+        }
+        let built = target.join("release").join(bin);
+        std::fs::copy(&built, install.join(bin))
+            .with_context(|| format!("installing {}", built.display()))?;
+    }
+    Ok(())
+}
+
 pub fn ensure(layout: &Layout, kernel: &Outputs) -> Result<Userland> {
     let apt = PrivateApt::new(&layout.apt())?;
     let sysroot = liburing_sysroot(layout, &apt)?;
     let extras = guest_extras(layout, &apt)?;
     let selftests = selftests(layout, kernel, &sysroot)?;
+    rust_selftests(layout, &selftests)?;
     Ok(Userland { selftests, extras })
 }
 

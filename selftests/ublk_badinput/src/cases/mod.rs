@@ -1,0 +1,76 @@
+//! The table: every case is a name, the result the C driver gives (read in
+//! ublk_drv.c of Linux 7.3.4 and confirmed by running against it), and the
+//! probe. A probe sets up what it needs (devices through `Env::add`, which
+//! the runner deletes afterwards; fds, rings and mappings as locals, closed
+//! when the probe returns) and returns the result of the one operation
+//! under test; a failing setup step is an `Err`.
+
+use anyhow::Result;
+
+use crate::env::Env;
+use crate::ring::Got;
+
+mod add;
+mod chardev;
+mod ctrl;
+mod io;
+mod params;
+mod server;
+mod start;
+mod unpriv;
+
+pub struct Case {
+    pub name: &'static str,
+    pub expect: Got,
+    pub run: fn(&mut Env) -> Result<Got>,
+}
+
+pub const OK: Got = Got::Res(0);
+/// Accepted and queued: no completion until the ring or device goes away.
+pub const QUEUED: Got = Got::Pending;
+
+pub const fn err(errno: i32) -> Got {
+    Got::Res(-errno)
+}
+
+/// A case table entry.
+macro_rules! case {
+    ($name:ident, $expect:expr) => {
+        $crate::cases::Case {
+            name: stringify!($name),
+            expect: $expect,
+            run: $name,
+        }
+    };
+}
+pub(crate) use case;
+
+pub fn all() -> Vec<&'static Case> {
+    [
+        add::CASES,
+        ctrl::CASES,
+        params::CASES,
+        unpriv::CASES,
+        chardev::CASES,
+        io::CASES,
+        start::CASES,
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique() {
+        let all = all();
+        let mut names: Vec<&str> = all.iter().map(|c| c.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), all.len());
+        assert!(all.len() >= 60, "{} cases", all.len());
+    }
+}

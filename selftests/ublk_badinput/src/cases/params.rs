@@ -1,0 +1,254 @@
+//! SET_PARAMS and GET_PARAMS: buffer lengths and every limit the C driver
+//! checks in ublk_validate_params().
+
+use anyhow::Result;
+use libc::EINVAL;
+use ublk_uapi::*;
+
+use super::ctrl::basic_params;
+use super::{case, err, Case, OK};
+use crate::ctrl::{hdr, with_buf};
+use crate::env::Env;
+use crate::ring::Got;
+
+/// SET_PARAMS on a fresh device of `basic_params()` changed by `f`.
+fn set_with(env: &mut Env, f: impl FnOnce(&mut UblksrvCtrlCmd, &mut UblkParams)) -> Result<Got> {
+    let dev = env.add(1, 2, 0)?;
+    let mut p = basic_params();
+    let mut h = with_buf(hdr(dev.id), &mut p);
+    f(&mut h, &mut p);
+    env.ctrl.run(UBLK_U_CMD_SET_PARAMS, &h)
+}
+
+fn set_params_ok(env: &mut Env) -> Result<Got> {
+    set_with(env, |_, _| {})
+}
+
+fn set_params_unknown_type_bits_ignored(env: &mut Env) -> Result<Got> {
+    set_with(env, |_, p| p.types |= 1 << 30)
+}
+
+fn set_params_basic_only_length(env: &mut Env) -> Result<Got> {
+    // An older sender: the buffer ends after the basic parameters.
+    let len = (8 + std::mem::size_of::<UblkParamBasic>()) as u16;
+    set_with(env, |h, p| {
+        h.len = len;
+        p.len = len as u32;
+    })
+}
+
+fn set_params_len_only_header(env: &mut Env) -> Result<Got> {
+    set_with(env, |h, _| h.len = 8)
+}
+
+fn set_params_addr_zero(env: &mut Env) -> Result<Got> {
+    set_with(env, |h, _| h.addr = 0)
+}
+
+fn set_params_params_len_zero(env: &mut Env) -> Result<Got> {
+    set_with(env, |_, p| p.len = 0)
+}
+
+fn set_params_params_len_beyond_buffer(env: &mut Env) -> Result<Got> {
+    set_with(env, |h, _| h.len = 16)
+}
+
+fn set_params_types_zero(env: &mut Env) -> Result<Got> {
+    set_with(env, |_, p| p.types = 0)
+}
+
+fn set_params_without_basic(env: &mut Env) -> Result<Got> {
+    set_with(env, |_, p| {
+        p.types = UBLK_PARAM_TYPE_DISCARD;
+        p.discard.discard_granularity = 4096;
+    })
+}
+
+fn set_params_logical_bs_shift_8(env: &mut Env) -> Result<Got> {
+    set_with(env, |_, p| p.basic.logical_bs_shift = 8)
+}
+
+fn set_params_logical_bs_shift_above_page(env: &mut Env) -> Result<Got> {
+    set_with(env, |_, p| {
+        p.basic.logical_bs_shift = 13;
+        p.basic.physical_bs_shift = 13;
+    })
+}
+
+fn set_params_physical_below_logical(env: &mut Env) -> Result<Got> {
+    set_with(env, |_, p| {
+        p.basic.logical_bs_shift = 12;
+        p.basic.physical_bs_shift = 9;
+    })
+}
+
+fn set_params_physical_bs_shift_above_256m(env: &mut Env) -> Result<Got> {
+    set_with(env, |_, p| p.basic.physical_bs_shift = 29)
+}
+
+fn set_params_io_min_shift_above_256m(env: &mut Env) -> Result<Got> {
+    set_with(env, |_, p| p.basic.io_min_shift = 29)
+}
+
+fn set_params_io_opt_shift_above_256m(env: &mut Env) -> Result<Got> {
+    set_with(env, |_, p| p.basic.io_opt_shift = 29)
+}
+
+fn set_params_max_sectors_above_max_io_buf(env: &mut Env) -> Result<Got> {
+    set_with(env, |_, p| p.basic.max_sectors += 1)
+}
+
+fn set_params_max_sectors_below_page(env: &mut Env) -> Result<Got> {
+    set_with(env, |_, p| p.basic.max_sectors = 4)
+}
+
+fn set_params_devt_is_read_only(env: &mut Env) -> Result<Got> {
+    set_with(env, |_, p| p.types |= UBLK_PARAM_TYPE_DEVT)
+}
+
+fn set_params_discard_granularity_zero(env: &mut Env) -> Result<Got> {
+    set_with(env, |_, p| {
+        p.types |= UBLK_PARAM_TYPE_DISCARD;
+        p.discard.max_discard_sectors = 8;
+        p.discard.max_discard_segments = 1;
+    })
+}
+
+fn set_params_discard_two_segments(env: &mut Env) -> Result<Got> {
+    set_with(env, |_, p| {
+        p.types |= UBLK_PARAM_TYPE_DISCARD;
+        p.discard.discard_granularity = 4096;
+        p.discard.max_discard_sectors = 8;
+        p.discard.max_discard_segments = 2;
+    })
+}
+
+fn set_params_zoned_on_plain_device(env: &mut Env) -> Result<Got> {
+    set_with(env, |_, p| {
+        p.types |= UBLK_PARAM_TYPE_ZONED;
+        p.zoned.max_zone_append_sectors = 8;
+    })
+}
+
+fn set_params_dma_alignment_page(env: &mut Env) -> Result<Got> {
+    set_with(env, |_, p| {
+        p.types |= UBLK_PARAM_TYPE_DMA_ALIGN;
+        p.dma.alignment = 4096;
+    })
+}
+
+fn set_params_dma_alignment_not_mask(env: &mut Env) -> Result<Got> {
+    set_with(env, |_, p| {
+        p.types |= UBLK_PARAM_TYPE_DMA_ALIGN;
+        p.dma.alignment = 5;
+    })
+}
+
+fn set_params_segment_boundary_not_mask(env: &mut Env) -> Result<Got> {
+    set_with(env, |_, p| {
+        p.types |= UBLK_PARAM_TYPE_SEGMENT;
+        p.seg.seg_boundary_mask = 4094;
+        p.seg.max_segment_size = 4096;
+        p.seg.max_segments = 16;
+    })
+}
+
+fn set_params_segment_boundary_too_small(env: &mut Env) -> Result<Got> {
+    set_with(env, |_, p| {
+        p.types |= UBLK_PARAM_TYPE_SEGMENT;
+        p.seg.seg_boundary_mask = 2047;
+        p.seg.max_segment_size = 4096;
+        p.seg.max_segments = 16;
+    })
+}
+
+fn set_params_segment_size_too_small(env: &mut Env) -> Result<Got> {
+    set_with(env, |_, p| {
+        p.types |= UBLK_PARAM_TYPE_SEGMENT;
+        p.seg.seg_boundary_mask = 4095;
+        p.seg.max_segment_size = 512;
+        p.seg.max_segments = 16;
+    })
+}
+
+fn set_params_integrity_without_flag(env: &mut Env) -> Result<Got> {
+    set_with(env, |_, p| {
+        p.types |= UBLK_PARAM_TYPE_INTEGRITY;
+        p.integrity.metadata_size = 8;
+        p.integrity.interval_exp = 9;
+    })
+}
+
+/// GET_PARAMS on a fresh device with parameters set, header changed by `f`.
+fn get_with(env: &mut Env, f: impl FnOnce(&mut UblksrvCtrlCmd, &mut UblkParams)) -> Result<Got> {
+    let dev = env.add(1, 2, 0)?;
+    let mut p = basic_params();
+    let r = env
+        .ctrl
+        .cmd(UBLK_U_CMD_SET_PARAMS, &with_buf(hdr(dev.id), &mut p))?;
+    if r != 0 {
+        anyhow::bail!("setup: SET_PARAMS failed: {r}");
+    }
+    let mut p = UblkParams {
+        len: std::mem::size_of::<UblkParams>() as u32,
+        ..Default::default()
+    };
+    let mut h = with_buf(hdr(dev.id), &mut p);
+    f(&mut h, &mut p);
+    env.ctrl.run(UBLK_U_CMD_GET_PARAMS, &h)
+}
+
+fn get_params_ok(env: &mut Env) -> Result<Got> {
+    get_with(env, |_, _| {})
+}
+
+fn get_params_len_only_header(env: &mut Env) -> Result<Got> {
+    get_with(env, |h, _| h.len = 8)
+}
+
+fn get_params_addr_zero(env: &mut Env) -> Result<Got> {
+    get_with(env, |h, _| h.addr = 0)
+}
+
+fn get_params_params_len_zero(env: &mut Env) -> Result<Got> {
+    get_with(env, |_, p| p.len = 0)
+}
+
+fn get_params_params_len_beyond_buffer(env: &mut Env) -> Result<Got> {
+    get_with(env, |h, _| h.len = 16)
+}
+
+pub const CASES: &[Case] = &[
+    case!(set_params_ok, OK),
+    case!(set_params_unknown_type_bits_ignored, OK),
+    case!(set_params_basic_only_length, OK),
+    case!(set_params_len_only_header, err(EINVAL)),
+    case!(set_params_addr_zero, err(EINVAL)),
+    case!(set_params_params_len_zero, err(EINVAL)),
+    case!(set_params_params_len_beyond_buffer, err(EINVAL)),
+    case!(set_params_types_zero, err(EINVAL)),
+    case!(set_params_without_basic, err(EINVAL)),
+    case!(set_params_logical_bs_shift_8, err(EINVAL)),
+    case!(set_params_logical_bs_shift_above_page, err(EINVAL)),
+    case!(set_params_physical_below_logical, err(EINVAL)),
+    case!(set_params_physical_bs_shift_above_256m, err(EINVAL)),
+    case!(set_params_io_min_shift_above_256m, err(EINVAL)),
+    case!(set_params_io_opt_shift_above_256m, err(EINVAL)),
+    case!(set_params_max_sectors_above_max_io_buf, err(EINVAL)),
+    case!(set_params_max_sectors_below_page, err(EINVAL)),
+    case!(set_params_devt_is_read_only, err(EINVAL)),
+    case!(set_params_discard_granularity_zero, err(EINVAL)),
+    case!(set_params_discard_two_segments, err(EINVAL)),
+    case!(set_params_zoned_on_plain_device, err(EINVAL)),
+    case!(set_params_dma_alignment_page, err(EINVAL)),
+    case!(set_params_dma_alignment_not_mask, err(EINVAL)),
+    case!(set_params_segment_boundary_not_mask, err(EINVAL)),
+    case!(set_params_segment_boundary_too_small, err(EINVAL)),
+    case!(set_params_segment_size_too_small, err(EINVAL)),
+    case!(set_params_integrity_without_flag, err(EINVAL)),
+    case!(get_params_ok, OK),
+    case!(get_params_len_only_header, err(EINVAL)),
+    case!(get_params_addr_zero, err(EINVAL)),
+    case!(get_params_params_len_zero, err(EINVAL)),
+    case!(get_params_params_len_beyond_buffer, err(EINVAL)),
+];

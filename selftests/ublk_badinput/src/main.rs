@@ -1,0 +1,132 @@
+//! ublk_badinput: runs a table of bad-input cases against whichever ublk
+//! driver owns /dev/ublk-control and checks that each gets the result the C
+//! driver gives. One KTAP line per case; exit 0 if all match, 1 if any does
+//! not, 4 (kselftest skip) without /dev/ublk-control or root.
+//!
+//! Usage: ublk_badinput [--list] [SUBSTRING...]
+
+mod cases;
+mod chardev;
+mod child;
+mod ctrl;
+mod env;
+mod errno;
+mod ring;
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use crate::ctrl::{Ctrl, CONTROL};
+use crate::env::Env;
+use crate::errno::show;
+
+const KSFT_PASS: u8 = 0;
+const KSFT_FAIL: u8 = 1;
+const KSFT_SKIP: u8 = 4;
+
+/// A case passes if the probe got what the C driver gives and every device
+/// it created could be deleted.
+fn verdict(
+    expect: ring::Got,
+    got: anyhow::Result<ring::Got>,
+    leftovers: &[String],
+) -> Result<(), String> {
+    let v = match got {
+        Ok(g) if g == expect => Ok(()),
+        Ok(g) => Err(format!("expected {}, got {}", show(expect), show(g))),
+        Err(e) => Err(format!("{e:#}")),
+    };
+    match (v, leftovers.is_empty()) {
+        (v, true) => v,
+        (Ok(()), false) => Err(format!("cleanup: {}", leftovers.join("; "))),
+        (Err(e), false) => Err(format!("{e}; cleanup: {}", leftovers.join("; "))),
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let list = args.iter().any(|a| a == "--list");
+    let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
+    let selected: Vec<&cases::Case> = cases::all()
+        .into_iter()
+        .filter(|c| filters.is_empty() || filters.iter().any(|f| c.name.contains(f.as_str())))
+        .collect();
+    if list {
+        for c in &selected {
+            println!("{} {}", c.name, show(c.expect));
+        }
+        return ExitCode::from(KSFT_PASS);
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("# SKIP must run as root");
+        return ExitCode::from(KSFT_SKIP);
+    }
+    if !std::path::Path::new(CONTROL).exists() {
+        println!("# SKIP {CONTROL} does not exist (no ublk driver loaded)");
+        return ExitCode::from(KSFT_SKIP);
+    }
+    let ctrl = match Ctrl::open() {
+        Ok(c) => c,
+        Err(e) => {
+            println!("# {e:#}");
+            return ExitCode::from(KSFT_FAIL);
+        }
+    };
+    let mut env = Env::new(ctrl);
+    let start = Instant::now();
+    println!("KTAP version 1");
+    println!("1..{}", selected.len());
+    let mut failed = 0;
+    for (i, case) in selected.iter().enumerate() {
+        let n = i + 1;
+        let got = (case.run)(&mut env);
+        let leftovers = env.cleanup();
+        let verdict = verdict(case.expect, got, &leftovers);
+        match verdict {
+            Ok(()) => println!("ok {n} {}", case.name),
+            Err(why) => {
+                failed += 1;
+                println!("not ok {n} {} # {why}", case.name);
+            }
+        }
+    }
+    println!(
+        "# {} passed, {failed} failed in {:.1}s",
+        selected.len() - failed,
+        start.elapsed().as_secs_f64()
+    );
+    if failed == 0 {
+        ExitCode::from(KSFT_PASS)
+    } else {
+        ExitCode::from(KSFT_FAIL)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::Got;
+
+    #[test]
+    fn verdicts() {
+        let einval = Got::Res(-libc::EINVAL);
+        assert_eq!(verdict(einval, Ok(einval), &[]), Ok(()));
+        assert_eq!(
+            verdict(einval, Ok(Got::Res(-libc::ENODEV)), &[]),
+            Err("expected -EINVAL, got -ENODEV".into())
+        );
+        assert_eq!(
+            verdict(Got::Pending, Ok(Got::Res(0)), &[]),
+            Err("expected no completion (queued), got 0".into())
+        );
+        assert_eq!(
+            verdict(einval, Err(anyhow::anyhow!("setup: x")), &["y".into()]),
+            Err("setup: x; cleanup: y".into())
+        );
+        assert_eq!(
+            verdict(einval, Ok(einval), &["y".into()]),
+            Err("cleanup: y".into())
+        );
+    }
+}
