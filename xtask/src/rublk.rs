@@ -41,7 +41,7 @@ pub fn ensure(layout: &Layout) -> Result<PathBuf> {
     let start = Instant::now();
     // A private install root, renamed into place when complete, so that an
     // interrupted or concurrent build never leaves a half-installed tree.
-    let tmp = root.with_extension(format!("tmp{}", std::process::id()));
+    let tmp = PathBuf::from(format!("{}.tmp{}", root.display(), std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp)?;
     let sh = Shell::new()?;
