@@ -17,8 +17,12 @@ die() {
 }
 
 rublk_require() {
-	if [ -z "${RUBLK:-}" ] || [ ! -x "$RUBLK" ]; then
+	if [ -z "${RUBLK:-}" ]; then
 		echo "rublk binary missing: ${RUBLK_MISSING:-RUBLK not set in job.env}"
+		exit "$SKIP"
+	fi
+	if [ ! -x "$RUBLK" ]; then
+		echo "rublk binary missing: no executable $RUBLK"
 		exit "$SKIP"
 	fi
 	command -v fio >/dev/null || {

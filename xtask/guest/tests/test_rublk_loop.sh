@@ -7,7 +7,7 @@
 # block sizes, then, after the device is deleted, the same checksums read
 # straight from the backing file (the data really went through).
 
-# shellcheck source=rublk_lib.sh
+# shellcheck source-path=SCRIPTDIR source=rublk_lib.sh
 . "$(dirname "$0")/rublk_lib.sh"
 rublk_require
 

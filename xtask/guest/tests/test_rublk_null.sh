@@ -10,7 +10,7 @@
 # sizes, with a deep queue on two hardware queues. test_rublk_loop.sh
 # verifies data.
 
-# shellcheck source=rublk_lib.sh
+# shellcheck source-path=SCRIPTDIR source=rublk_lib.sh
 . "$(dirname "$0")/rublk_lib.sh"
 rublk_require
 
