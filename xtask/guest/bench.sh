@@ -147,7 +147,7 @@ FAILURES="$JOB/bench-failures.txt"
 ratio_fail() {
 	# ratio_fail <driver> <round> <reason>
 	log "$1 driver, round $2: $3"
-	echo "$1|$2|$3" >> "$FAILURES"
+	echo "$1|$2|${3//|/ }" >> "$FAILURES"
 	# shellcheck disable=SC2034 # run.sh, which sources this, reports it
 	status=1
 }
@@ -161,8 +161,14 @@ ratio_one() {
 		ratio_fail "$drv" "$r" "loading $mod failed"
 		return 1
 	fi
-	if ! id=$(add_null) || [ -z "$id" ]; then
-		ratio_fail "$drv" "$r" "kublk add -t null failed (see the console)"
+	out=$(timeout -k 5 60 "$KUBLK" add -t null -q 1 -d 128 2>&1)
+	rc=$?
+	id=$(echo "$out" | sed -n 's/.*dev id \([0-9]*\).*/\1/p' | head -n 1)
+	if [ "$rc" -eq 124 ]; then
+		ratio_fail "$drv" "$r" "kublk add -t null did not finish in 60s"
+		ok=1
+	elif [ "$rc" -ne 0 ] || [ -z "$id" ]; then
+		ratio_fail "$drv" "$r" "kublk add -t null failed (exit $rc): $(echo "$out" | tail -n 2 | tr '\n' ' ' | cut -c1-160)"
 		ok=1
 	else
 		pin_server "$id"
