@@ -14,6 +14,8 @@ JOB=$1
 . "$JOB/job.env"
 
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+# For the harness tests (xtask/guest/tests/).
+export RUBLK RUBLK_MISSING
 export HOME=/root TERM=${TERM:-linux} TMPDIR=/tmp
 
 say() { echo "xtask: $*"; }
@@ -101,6 +103,7 @@ load_driver() {
 # away (they would shadow the next device node of that id).
 cleanup_between() {
 	pkill -9 -x kublk 2>/dev/null
+	pkill -9 -x rublk 2>/dev/null
 	local f
 	for f in /dev/ublkc* /dev/ublkb*; do
 		[ -e "$f" ] || continue
@@ -110,7 +113,7 @@ cleanup_between() {
 		fi
 	done
 	"$SELFTESTS/kublk" del -a >/dev/null 2>&1
-	rm -rf /tmp/ublk* 2>/dev/null
+	rm -rf /tmp/ublk* /run/ublksrvd 2>/dev/null
 }
 
 # Why a test exited with the skip code: its last line of output, or else
@@ -133,13 +136,15 @@ skip_reason() {
 }
 
 run_one() {
-	local n=$1 t=$2 log rc start end secs reason
+	local n=$1 t=$2 log rc start end secs reason dir=$SELFTESTS
+	# A harness test (copied into the job directory) or an upstream one.
+	[ -f "$HARNESS_TESTS/$t" ] && dir=$HARNESS_TESTS
 	log="$JOB/logs/$t.log"
 	kmsg "start $t"
 	say "start $n $t"
 	start=$(date +%s.%N)
 	# xtrace to a separate file: it names the check behind a silent skip.
-	(cd "$SELFTESTS" && exec env BASH_XTRACEFD=9 timeout -k 15 "$TEST_TIMEOUT" bash -x "./$t" 9>"$log.trace") \
+	(cd "$dir" && exec env BASH_XTRACEFD=9 timeout -k 15 "$TEST_TIMEOUT" bash -x "./$t" 9>"$log.trace") \
 		> "$log" 2>&1 </dev/null
 	rc=$?
 	end=$(date +%s.%N)

@@ -1,6 +1,7 @@
 //! `cargo xtask bench`: the measurements of the C series' cover letter, in
-//! one boot, printed as a markdown table. A command that prints numbers,
-//! never a timed assertion.
+//! one boot, printed as a markdown table; with `--rust-vs-c`, the Rust
+//! driver's IOPS against the C driver's instead. A command that prints
+//! numbers, never a timed assertion.
 
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
@@ -32,6 +33,10 @@ pub struct BenchOpts {
     /// kublk option that requests UBLK_F_SUPPORT_RQ_AFFINITY.
     #[arg(long, default_value = "--rq_affinity")]
     pub flag_option: String,
+    /// Instead: the Rust driver's IOPS against the C driver's (fio 4k
+    /// randread, iodepth 16, null target), alternating in one boot.
+    #[arg(long)]
+    pub rust_vs_c: bool,
 }
 
 /// Builds ublk_drv.ko from the pristine `base` source against the built
@@ -189,11 +194,23 @@ pub fn run(opts: &BenchOpts) -> Result<()> {
     let layout = pipeline::layout(&opts.kernel)?;
     let kernel = pipeline::ensure_kernel(&layout, &opts.kernel)?;
     let userland = userland::ensure(&layout, &kernel)?;
-    let base = base_module(&layout, &kernel, &opts.kernel)?;
+    // The ratio boots with no driver and loads each in turn; the cover
+    // letter's sections need the unpatched module and start with ublk_drv.
+    let (sections, base, driver) = if opts.rust_vs_c {
+        ("ratio", String::new(), Driver::None)
+    } else {
+        let base = base_module(&layout, &kernel, &opts.kernel)?;
+        (
+            "sched affinity start",
+            base.display().to_string(),
+            Driver::C,
+        )
+    };
     let accel = guest::accel::probe();
     phase(format!("QEMU accelerator: {accel}"));
     let vars = vec![
-        ("BASE_MODULE".to_string(), base.display().to_string()),
+        ("SECTIONS".to_string(), sections.to_string()),
+        ("BASE_MODULE".to_string(), base),
         ("FLAG_OPT".to_string(), opts.flag_option.clone()),
         ("ROUNDS".to_string(), opts.rounds.to_string()),
         ("RUNTIME".to_string(), opts.runtime.to_string()),
@@ -204,7 +221,7 @@ pub fn run(opts: &BenchOpts) -> Result<()> {
         "bench",
         &kernel,
         &userland,
-        Driver::C,
+        driver,
         &Mode::Bench(vars),
     )?;
     let g = Guest {
@@ -213,11 +230,12 @@ pub fn run(opts: &BenchOpts) -> Result<()> {
         accel: &accel,
     };
     phase(format!(
-        "benchmark boot ({} rounds, {}s per fio run, {} devices)",
-        opts.rounds, opts.runtime, opts.devices
+        "benchmark boot ({sections}; {} rounds, {}s per fio run)",
+        opts.rounds, opts.runtime
     ));
+    // Every guest step has its own timeout; this only bounds a wedged guest.
     let limits = Limits {
-        total: Duration::from_secs(3 * 3600),
+        total: Duration::from_secs(if opts.rust_vs_c { 1800 } else { 3 * 3600 }),
         stall: None,
     };
     let outcome = guest::run_watched(g.command(), &limits, &job.console(), |l| {
@@ -242,12 +260,121 @@ pub fn run(opts: &BenchOpts) -> Result<()> {
     }
     let csv = std::fs::read_to_string(job.dir.join("bench.csv"))
         .context("no bench.csv from the guest")?;
+    let samples = parse_csv(&csv);
+    if opts.rust_vs_c {
+        let failures = parse_failures(
+            &std::fs::read_to_string(job.dir.join("bench-failures.txt")).unwrap_or_default(),
+        );
+        println!("Measured with `cargo xtask bench --rust-vs-c` in one boot: QEMU {accel}, 2 vCPUs; kublk null target, 1 queue, depth 128; fio 4k randread, iodepth 16, io_uring, direct, {}s per run; C and Rust driver alternating, each loaded only for its run.", opts.runtime);
+        println!();
+        print!("{}", ratio_table(&samples, &failures, opts.rounds));
+        println!();
+        println!("raw samples: {}", job.dir.join("bench.csv").display());
+        if !failures.is_empty() {
+            for f in &failures {
+                eprintln!(
+                    "bench: the {} driver failed in round {}: {}",
+                    f.driver, f.round, f.reason
+                );
+            }
+            bail!(
+                "a driver failed to serve I/O (no ratio for it); console and logs: {}",
+                job.dir.display()
+            );
+        }
+        if job.status().as_deref() != Some("0") {
+            bail!(
+                "the benchmark guest ended with status {:?}; see {}",
+                job.status(),
+                job.dir.display()
+            );
+        }
+        return Ok(());
+    }
     println!("Measured with `cargo xtask bench` in one boot: QEMU {accel}, 2 vCPUs; ublk null target, 1 queue, depth 128.");
     println!();
-    print!("{}", table(&parse_csv(&csv)));
+    print!("{}", table(&samples));
     println!();
     println!("raw samples: {}", job.dir.join("bench.csv").display());
     Ok(())
+}
+
+/// A driver that did not serve I/O in a round of the ratio.
+#[derive(Debug, PartialEq)]
+pub struct Failure {
+    pub driver: String,
+    pub round: u32,
+    pub reason: String,
+}
+
+/// Parses bench-failures.txt: `driver|round|reason` lines.
+pub fn parse_failures(text: &str) -> Vec<Failure> {
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(3, '|');
+            Some(Failure {
+                driver: f.next()?.to_string(),
+                round: f.next()?.parse().ok()?,
+                reason: f.next()?.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// The ratio section: IOPS per round, then the medians and the median of
+/// the per-round Rust/C ratios.
+pub fn ratio_table(s: &Samples, failures: &[Failure], rounds: u32) -> String {
+    let iops = |drv: &str, r: u32| {
+        s.get("ratio")
+            .and_then(|m| m.get(drv))
+            .and_then(|m| m.get(&r))
+            .and_then(|v| v.first().copied())
+    };
+    let cell = |drv: &str, r: u32| match iops(drv, r) {
+        Some(v) => kiops(v),
+        None => match failures.iter().find(|f| f.driver == drv) {
+            Some(f) if f.round == r => "failed".to_string(),
+            Some(_) => "not run (failed earlier)".to_string(),
+            None => "no result".to_string(),
+        },
+    };
+    let mut out = String::from(
+        "| fio 4k randread, iodepth 16, null target | C (ublk_drv) | Rust (rust_ublk) | Rust/C |\n|---|---|---|---|\n",
+    );
+    let (mut cs, mut rs, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for r in 1..=rounds {
+        let ratio = match (iops("c", r), iops("rust", r)) {
+            (Some(c), Some(rust)) if c > 0.0 => {
+                ratios.push(rust / c);
+                format!("{:.2}x", rust / c)
+            }
+            _ => "-".to_string(),
+        };
+        cs.extend(iops("c", r));
+        rs.extend(iops("rust", r));
+        out += &format!(
+            "| round {r} | {} | {} | {ratio} |\n",
+            cell("c", r),
+            cell("rust", r)
+        );
+    }
+    let med = |v: &mut Vec<f64>, f: &dyn Fn(f64) -> String| {
+        if v.is_empty() {
+            "-".to_string()
+        } else {
+            f(median(v))
+        }
+    };
+    out += &format!(
+        "| median ({} C, {} Rust, {} ratios) | {} | {} | {} |\n",
+        cs.len(),
+        rs.len(),
+        ratios.len(),
+        med(&mut cs, &kiops),
+        med(&mut rs, &kiops),
+        med(&mut ratios, &|x| format!("{x:.2}x")),
+    );
+    out
 }
 
 #[cfg(test)]
@@ -261,6 +388,38 @@ mod tests {
         let mut v: Vec<f64> = (1..=100).map(f64::from).collect();
         assert_eq!(percentile(&mut v, 50.0), 51.0);
         assert_eq!(percentile(&mut v, 99.0), 99.0);
+    }
+
+    #[test]
+    fn ratio() {
+        let csv = "ratio,c,1,50000\nratio,rust,1,40000\nratio,c,2,52000\nratio,rust,2,39000\nratio,c,3,51000\nratio,rust,3,41000\n";
+        let t = ratio_table(&parse_csv(csv), &[], 3);
+        assert!(t.contains("| round 1 | 50.0K | 40.0K | 0.80x |"), "{t}");
+        assert!(
+            t.contains("| median (3 C, 3 Rust, 3 ratios) | 51.0K | 40.0K | 0.80x |"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn ratio_with_a_failed_driver() {
+        let csv = "ratio,c,1,50000\nratio,c,2,52000\n";
+        let failures = parse_failures("rust|1|kublk add -t null failed (see the console)\n");
+        assert_eq!(failures[0].round, 1);
+        assert_eq!(
+            failures[0].reason,
+            "kublk add -t null failed (see the console)"
+        );
+        let t = ratio_table(&parse_csv(csv), &failures, 2);
+        assert!(t.contains("| round 1 | 50.0K | failed | - |"), "{t}");
+        assert!(
+            t.contains("| round 2 | 52.0K | not run (failed earlier) | - |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| median (2 C, 0 Rust, 0 ratios) | 51.0K | - | - |"),
+            "{t}"
+        );
     }
 
     #[test]

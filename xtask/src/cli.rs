@@ -20,7 +20,8 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Fetch Linux 7.3, prepare the tree (overlay + patches/), configure and build.
+    /// Fetch Linux 7.3, prepare the tree (overlay + patches/), configure and build;
+    /// build the guest's userspace (kublk, selftests, rublk).
     BuildKernel(KernelOpts),
     /// Boot the kernel in QEMU and run the ublk selftests (KTAP output).
     Selftest(SelftestOpts),
@@ -37,7 +38,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::BuildKernel(opts) => {
             let layout = pipeline::layout(&opts)?;
             let out = pipeline::ensure_kernel(&layout, &opts)?;
+            // And what the guest runs, so that `selftest` finds it built.
+            let userland = crate::userland::ensure(&layout, &out)?;
             pipeline::summary(&out);
+            crate::userland::summary(&userland);
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Selftest(opts) => Ok(if crate::selftest::run(&opts)? {

@@ -97,6 +97,12 @@ impl Layout {
     pub fn guest_script(&self, name: &str) -> PathBuf {
         self.repo.join("xtask/guest").join(name)
     }
+
+    /// The harness's own guest tests (not upstream selftests): every
+    /// `test_*.sh` here is a test, other files are their helpers.
+    pub fn harness_tests(&self) -> PathBuf {
+        self.repo.join("xtask/guest/tests")
+    }
 }
 
 fn absolute(p: &Path) -> Result<PathBuf> {

@@ -18,6 +18,7 @@ mod layout;
 mod pipeline;
 mod prereq;
 mod progress;
+mod rublk;
 mod selftest;
 mod send;
 mod source;

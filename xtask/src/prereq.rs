@@ -91,6 +91,11 @@ const NEEDS: &[Need] = &[
         probe: "rsync",
         package: "rsync",
     },
+    // rublk's build: bindgen (libclang, above) reads the host's UAPI headers.
+    Need {
+        probe: "/usr/include/linux/blkzoned.h",
+        package: "linux-libc-dev",
+    },
 ];
 
 pub const LIBCLANG_PATH: &str = "/usr/lib/llvm-19/lib";

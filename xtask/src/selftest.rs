@@ -51,7 +51,8 @@ pub struct SelftestOpts {
 pub const HARNESS_PANIC: &str = "harness_reports_panic";
 pub const HARNESS_WARN: &str = "harness_reports_warn";
 
-/// The `--quick` subset (plus every test of ours from selftests/).
+/// The `--quick` subset (plus every test of ours: selftests/ and the
+/// harness tests).
 const QUICK: &[&str] = &[
     "test_null_01.sh",
     "test_generic_03.sh",
@@ -61,9 +62,9 @@ const QUICK: &[&str] = &[
     HARNESS_WARN,
 ];
 
-/// Our own test scripts (in the repo's selftests/ directory).
-fn ours(layout: &Layout) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(layout.repo.join("selftests"))
+/// The `test_*.sh` scripts of a directory, sorted.
+fn test_scripts(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
         .map(|rd| {
             rd.filter_map(|e| e.ok())
                 .map(|e| e.file_name().to_string_lossy().to_string())
@@ -73,6 +74,17 @@ fn ours(layout: &Layout) -> Vec<String> {
         .unwrap_or_default();
     v.sort();
     v
+}
+
+/// Our own selftests (in the repo's selftests/ directory, bound upstream).
+fn ours(layout: &Layout) -> Vec<String> {
+    test_scripts(&layout.repo.join("selftests"))
+}
+
+/// The harness's own guest tests (xtask/guest/tests/), run after the
+/// selftests; the guest runs them from its copy in the job directory.
+fn harness_tests(layout: &Layout) -> Vec<String> {
+    test_scripts(&layout.harness_tests())
 }
 
 pub fn select(all: &[String], ours: &[String], quick: bool, filters: &[Regex]) -> Vec<String> {
@@ -303,9 +315,17 @@ pub fn run(opts: &SelftestOpts) -> Result<bool> {
             bail!("selftests/{t} is not listed in TEST_PROGS of the selftests Makefile (add it in its patch)");
         }
     }
+    let harness = harness_tests(&layout);
+    for t in &harness {
+        if all.contains(t) {
+            bail!("xtask/guest/tests/{t} has the name of a selftest; rename it");
+        }
+    }
+    all.extend(harness.iter().cloned());
     all.push(HARNESS_PANIC.into());
     all.push(HARNESS_WARN.into());
-    let selected = select(&all, &ours, opts.quick, &filters);
+    let always_quick: Vec<String> = ours.iter().chain(&harness).cloned().collect();
+    let selected = select(&all, &always_quick, opts.quick, &filters);
     if opts.list {
         for t in &selected {
             println!("{t}");

@@ -1,9 +1,9 @@
 //! Userspace for the guest: liburing >= 2.4 in a private sysroot, kublk and
 //! the ublk selftests built from the prepared tree, our Rust selftest
-//! programs built from this workspace and installed next to kublk, and the
+//! programs built from this workspace and installed next to kublk, the
 //! udev and sfdisk binaries the selftests want (unpacked from Debian packages
 //! matching the host's libraries, copied into the guest's writable root at
-//! boot).
+//! boot), and rublk for the harness tests.
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -13,6 +13,7 @@ use crate::apt::{self, PrivateApt};
 use crate::kbuild::Outputs;
 use crate::layout::Layout;
 use crate::progress::{detail, phase};
+use crate::rublk;
 
 const LIBURING: &str = "liburing-dev";
 const LIBURING_SUITE: &str = "trixie";
@@ -25,6 +26,8 @@ pub struct Userland {
     pub selftests: PathBuf,
     /// Root with udev and sfdisk files to copy over the guest's /.
     pub extras: PathBuf,
+    /// The rublk binary, or why there is none (its tests then skip).
+    pub rublk: Result<PathBuf, String>,
 }
 
 /// Parses `2.9-1` style Debian versions into the upstream major/minor.
@@ -201,7 +204,25 @@ pub fn ensure(layout: &Layout, kernel: &Outputs) -> Result<Userland> {
     let extras = guest_extras(layout, &apt)?;
     let selftests = selftests(layout, kernel, &sysroot)?;
     rust_selftests(layout, &selftests)?;
-    Ok(Userland { selftests, extras })
+    // Not fatal: without rublk only its tests skip, saying why.
+    let rublk = rublk::ensure(layout).map_err(|e| {
+        let why = format!("rublk {} could not be built: {e:#}", rublk::VERSION);
+        phase(format!("warning: {why}"));
+        why
+    });
+    Ok(Userland {
+        selftests,
+        extras,
+        rublk,
+    })
+}
+
+pub fn summary(u: &Userland) {
+    detail(format!("kublk    {}", u.selftests.join("kublk").display()));
+    match &u.rublk {
+        Ok(p) => detail(format!("rublk    {}", p.display())),
+        Err(why) => detail(format!("rublk    none: {why}")),
+    }
 }
 
 /// The test scripts the selftests Makefile lists (TEST_PROGS), in order.

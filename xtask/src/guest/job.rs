@@ -113,6 +113,20 @@ pub fn create(
             ("bench", 0)
         }
     };
+    // The harness tests and their helpers, as they are now.
+    let harness = dir.join("harness-tests");
+    std::fs::create_dir_all(&harness)?;
+    if let Ok(rd) = std::fs::read_dir(layout.harness_tests()) {
+        for e in rd.filter_map(|e| e.ok()) {
+            if e.path().is_file() {
+                std::fs::copy(e.path(), harness.join(e.file_name()))?;
+            }
+        }
+    }
+    let (rublk, rublk_missing) = match &userland.rublk {
+        Ok(p) => (p.display().to_string(), String::new()),
+        Err(why) => (String::new(), why.clone()),
+    };
     let mut env = vec![
         ("MODE", mode_name.to_string()),
         ("DRIVER", driver.name().to_string()),
@@ -120,6 +134,9 @@ pub fn create(
         ("SELFTESTS", userland.selftests.display().to_string()),
         ("EXTRAS", userland.extras.display().to_string()),
         ("TEST_TIMEOUT", timeout.to_string()),
+        ("HARNESS_TESTS", harness.display().to_string()),
+        ("RUBLK", rublk),
+        ("RUBLK_MISSING", rublk_missing),
     ];
     if let Mode::Bench(vars) = mode {
         env.extend(vars.iter().map(|(k, v)| (k.as_str(), v.clone())));
