@@ -12,11 +12,11 @@ use crate::{
     uapi::{self, IoCmd},
 };
 use kernel::{
+    current,
     fs::File,
     io_uring::{IoUringCmd, IoUringCmdCancel, IssueFlags},
     miscdevice::{MiscDevice, MiscDeviceRegistration},
     mm::virt::VmaNew,
-    current,
     prelude::*,
     str::CString,
     sync::{Arc, ArcBorrow},
@@ -46,7 +46,7 @@ impl MiscDevice for CharDev {
             return Err(EBUSY);
         }
         state.char_open = true;
-        state.server_tgid = Some(current!().tgid());
+        state.server_tgid = Some(current!().tgid_nr_ns(None));
         drop(state);
         Ok(dev.clone())
     }

@@ -27,6 +27,7 @@ use kernel::{
     str::CString,
     sync::{Arc, ArcBorrow, Mutex},
     uaccess::{UserPtr, UserSlice},
+    workqueue,
 };
 
 /// Number of device numbers (`UBLK_MAX_UBLKS`, the minors of a character device region).
@@ -138,7 +139,13 @@ fn handle(ctl: &Control, cmd: &IoUringCmd<'_>, issue_flags: IssueFlags<'_>) -> R
             dev.wait_released()
         }
         uapi::CMD_DEL_DEV_ASYNC => del_dev(ctl, &dev),
-        uapi::CMD_START_DEV => dev.start(header.data as i32),
+        uapi::CMD_START_DEV => {
+            dev.start(header.data as i32)?;
+            // The partition table is read once the server knows the device is started.
+            let scan = dev.clone();
+            workqueue::system().try_spawn(GFP_KERNEL, move || scan.scan_partitions())?;
+            Ok(())
+        }
         // Commands of features that no device of this driver has: what the C driver answers for
         // a device without the feature.
         uapi::CMD_START_USER_RECOVERY | uapi::CMD_END_USER_RECOVERY => Err(EINVAL),

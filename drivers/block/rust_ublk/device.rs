@@ -129,6 +129,20 @@ impl UblkDevice {
         Ok(())
     }
 
+    /// Reads the partition table of the disk, if the device is still started.
+    ///
+    /// This runs after `UBLK_U_CMD_START_DEV` returned, since it needs the server to serve I/O.
+    /// A server that goes away meanwhile fails the I/O, so this does not hold up stopping the
+    /// device for long.
+    pub(crate) fn scan_partitions(&self) {
+        let state = self.state.lock();
+        if let Some(disk) = &state.disk {
+            if let Err(e) = disk.scan_partitions() {
+                pr_info!("ublkb{}: partition scan failed: {:?}\n", self.id, e);
+            }
+        }
+    }
+
     /// `UBLK_U_CMD_STOP_DEV`: removes the disk and tells the server to exit.
     ///
     /// Requests in flight when the disk goes away are still served; later server commands

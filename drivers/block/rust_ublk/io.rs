@@ -24,11 +24,10 @@ use crate::{
 };
 use kernel::{
     block::{mq::Request, BlkStatus, ReqOp},
+    current,
     io_uring::{IoUringCmd, IoUringCmdCancel, IssueFlags, QueuedIoUringCmd},
     prelude::*,
-    current,
     sync::{aref::ARef, atomic::Relaxed, Arc},
-    task::Pid,
     uaccess::{UserPtr, UserSlice},
 };
 
@@ -52,7 +51,8 @@ pub(crate) struct Io {
     /// The server's buffer for the data of the slot's requests.
     addr: u64,
     /// The server thread that fetched the slot, the only one that may send its other commands.
-    task: Option<Pid>,
+    /// Only compared, never dereferenced.
+    task: Option<usize>,
 }
 
 impl Io {
@@ -78,6 +78,11 @@ impl Io {
             }
         }
     }
+}
+
+/// Identifies the calling thread, as the C driver does, by its `task_struct`.
+fn current_task() -> usize {
+    current!().as_ptr() as usize
 }
 
 /// The pdu of the driver's commands: the queue and the tag of their io slot.
@@ -254,7 +259,7 @@ pub(crate) fn check_owner(dev: &UblkDevice, io_cmd: &IoCmd) -> Result {
     let queue = slot_of(dev, io_cmd)?;
     let slots = queue.slots.lock();
     let io = &slots.ios[usize::from(io_cmd.tag)];
-    if io.task != Some(current!().pid()) {
+    if io.task != Some(current_task()) {
         return Err(EINVAL);
     }
     match io.state {
@@ -303,7 +308,7 @@ pub(crate) fn fetch(
         slots.dead = false;
         let io = &mut slots.ios[tag];
         io.addr = io_cmd.addr;
-        io.task = Some(current!().pid());
+        io.task = Some(current_task());
         io.state = IoState::Fetched(cmd);
     }
     state.nr_fetched += 1;
@@ -327,7 +332,7 @@ pub(crate) fn commit_and_fetch(
     let rq = {
         let mut slots = queue.slots.lock();
         let io = &mut slots.ios[tag];
-        if io.task != Some(current!().pid()) {
+        if io.task != Some(current_task()) {
             return Err(EINVAL);
         }
         match io.take() {

@@ -216,6 +216,8 @@ impl Params {
             .physical_block_size((1u32 << p.physical_bs_shift).min(PAGE_SIZE as u32))?
             .capacity_sectors(p.dev_sectors)
             .max_hw_sectors(p.max_sectors)
+            // The server may not answer I/O before `UBLK_U_CMD_START_DEV` returns.
+            .defer_partition_scan(true)
             // As the C driver: no segment limits of its own, 4-byte aligned direct I/O.
             .segments(u16::MAX, u32::MAX, 0)
             .dma_alignment(3)
