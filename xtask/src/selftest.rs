@@ -28,7 +28,7 @@ pub struct SelftestOpts {
     #[command(flatten)]
     pub kernel: KernelOpts,
     /// Which ublk driver owns /dev/ublk-control for the run.
-    #[arg(long, value_enum, default_value = "c")]
+    #[arg(long, value_enum, default_value = "both")]
     pub driver: DriverChoice,
     /// Run only tests whose name matches REGEX (repeatable: any may match).
     #[arg(long = "filter", value_name = "REGEX")]

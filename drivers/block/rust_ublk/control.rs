@@ -18,13 +18,12 @@ use kernel::{
     cpu::{nr_cpu_ids, CpuId},
     cred::{capable, Capability},
     current,
-    fs::File,
+    fs::{path::Path, File},
     io_uring::{IoUringCmd, IssueFlags},
     miscdevice::{MiscDevice, MiscDeviceRegistration},
     new_mutex,
     prelude::*,
     rbtree::RBTree,
-    str::CString,
     sync::{Arc, ArcBorrow, Mutex},
     uaccess::{UserPtr, UserSlice},
     workqueue,
@@ -58,6 +57,15 @@ impl Control {
 
     fn device(&self, id: u32) -> Option<Arc<UblkDevice>> {
         self.devices.lock().get(&id).map(|e| e.dev.clone())
+    }
+
+    /// Returns the device number of `/dev/ublkcN` of device `id`, `0:0` if there is none.
+    fn char_devt(&self, id: u32) -> (u32, u32) {
+        self.devices
+            .lock()
+            .get(&id)
+            .map(|e| (e.char_dev.major(), e.char_dev.minor()))
+            .unwrap_or((0, 0))
     }
 }
 
@@ -133,7 +141,7 @@ fn handle(ctl: &Control, cmd: &IoUringCmd<'_>, issue_flags: IssueFlags<'_>) -> R
 
     match nr {
         uapi::CMD_GET_DEV_INFO => get_dev_info(&dev, &header),
-        uapi::CMD_GET_DEV_INFO2 => get_dev_info2(&dev, &header),
+        uapi::CMD_GET_DEV_INFO2 => get_dev_info2(ctl, &dev, &header),
         uapi::CMD_DEL_DEV => {
             del_dev(ctl, &dev)?;
             dev.wait_released()
@@ -329,20 +337,23 @@ const PATH_MAX: u16 = 4096;
 /// `UBLK_U_CMD_GET_DEV_INFO2`: as `UBLK_U_CMD_GET_DEV_INFO`, with the path of `/dev/ublkcN` in
 /// front of the buffer.
 ///
-/// The C driver resolves the path and checks it names the character device of the device and may
-/// be read. Here the path must be `/dev/ublkcN`, which is what ublk servers pass.
-fn get_dev_info2(dev: &UblkDevice, header: &CtrlCmd) -> Result {
+/// As the C driver, the path is looked up and must name the character device of the device.
+/// (The C driver also checks that an unprivileged caller may read it; callers are privileged
+/// here.)
+fn get_dev_info2(ctl: &Control, dev: &UblkDevice, header: &CtrlCmd) -> Result {
     let path_len = header.dev_path_len;
     if path_len == 0 || path_len > PATH_MAX || header.len < path_len {
         return Err(EINVAL);
     }
-    let mut path = KVec::from_elem(0u8, usize::from(path_len), GFP_KERNEL)?;
-    user_buf(header.addr, path.len())?
+    // The path, with a NUL after it in any case.
+    let mut path = KVec::from_elem(0u8, usize::from(path_len) + 1, GFP_KERNEL)?;
+    user_buf(header.addr, usize::from(path_len))?
         .reader()
-        .read_slice(&mut path)?;
-    let path = path.split(|&c| c == 0).next().unwrap_or(&[]);
-    let expected = CString::try_from_fmt(fmt!("/dev/ublkc{}", dev.id))?;
-    if path != expected.to_bytes() {
+        .read_slice(&mut path[..usize::from(path_len)])?;
+    let end = path.iter().position(|&c| c == 0).unwrap_or(path.len() - 1);
+    let name = CStr::from_bytes_with_nul(&path[..=end]).map_err(|_| EINVAL)?;
+    let found = Path::lookup(name)?;
+    if found.char_dev() != Some(ctl.char_devt(dev.id)) {
         return Err(EPERM);
     }
     copy_dev_info(
@@ -417,12 +428,7 @@ fn set_params(dev: &UblkDevice, header: &CtrlCmd) -> Result {
 /// `UBLK_U_CMD_GET_PARAMS`: reports the parameters, with the device numbers.
 fn get_params(ctl: &Control, dev: &UblkDevice, header: &CtrlCmd) -> Result {
     let len = params_len(header, false)?;
-    let char_devt = ctl
-        .devices
-        .lock()
-        .get(&dev.id)
-        .map(|e| (e.char_dev.major(), e.char_dev.minor()))
-        .unwrap_or((0, 0));
+    let char_devt = ctl.char_devt(dev.id);
     let disk_devt = dev.disk_devt();
     let params = dev.state.lock().params.with_devt(char_devt, disk_devt);
     user_buf(header.addr, len)?

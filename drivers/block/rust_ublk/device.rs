@@ -28,7 +28,10 @@ pub(crate) struct DeviceState {
     /// How many io slots the server fetched; the device can start once it fetched all.
     pub(crate) nr_fetched: u32,
     /// The disk, `/dev/ublkbN`, while the device is started.
-    pub(crate) disk: Option<GenDisk<UblkQueue>>,
+    ///
+    /// The partition scan that follows `UBLK_U_CMD_START_DEV` holds a reference too; the disk is
+    /// deleted when the last one goes.
+    pub(crate) disk: Option<Arc<GenDisk<UblkQueue>>>,
     /// The process that has `/dev/ublkcN` open: the server, which `UBLK_U_CMD_START_DEV` names.
     pub(crate) server_tgid: Option<Pid>,
     /// The address space that mapped the io descriptors first; the only one that may map them.
@@ -123,7 +126,7 @@ impl UblkDevice {
             self.tag_set.clone(),
             self.queues.clone(),
         )?;
-        state.disk = Some(disk);
+        state.disk = Some(Arc::new(disk, GFP_KERNEL)?);
         state.info.state = uapi::S_DEV_LIVE;
         state.info.ublksrv_pid = pid;
         Ok(())
@@ -135,8 +138,9 @@ impl UblkDevice {
     /// A server that goes away meanwhile fails the I/O, so this does not hold up stopping the
     /// device for long.
     pub(crate) fn scan_partitions(&self) {
-        let state = self.state.lock();
-        if let Some(disk) = &state.disk {
+        // Not under the lock: the scan waits for the server, and other commands must not.
+        let disk = self.state.lock().disk.clone();
+        if let Some(disk) = disk {
             if let Err(e) = disk.scan_partitions() {
                 pr_info!("ublkb{}: partition scan failed: {:?}\n", self.id, e);
             }
@@ -149,7 +153,8 @@ impl UblkDevice {
     /// complete with `UBLK_IO_RES_ABORT`.
     pub(crate) fn stop(&self) {
         let mut state = self.state.lock();
-        // Dropping the disk deletes it, which waits for the requests in flight.
+        // Dropping the disk deletes it, which waits for the requests in flight; if the partition
+        // scan still runs, the scan deletes it when it ends, which the abort below hastens.
         drop(state.disk.take());
         state.info.state = uapi::S_DEV_DEAD;
         io::stop_all(self);
