@@ -121,6 +121,21 @@ cleanup_between() {
 skip_reason() {
 	local log=$1 r
 	r=$(grep -v '^[[:space:]]*$' "$log" | tail -n 1)
+	# The suite's own markers say nothing about why; a failed feature
+	# check in the trace does.
+	case "$r" in
+	*": [SKIP]"* | "ublk selftest: "*" done at "*)
+		if [ -f "$log.trace" ]; then
+			local f
+			f=$(awk '
+				/^\++ _have_feature / { split($0, w, " "); feat = w[3]; next }
+				feat != "" && /^\++ return 1$/ { last = feat; feat = ""; next }
+				feat != "" && /^\++ return 0$/ { feat = "" }
+				END { if (last != "") print "feature " last " not supported" }' "$log.trace")
+			[ -n "$f" ] && r=$f
+		fi
+		;;
+	esac
 	if [ -z "$r" ] && [ -f "$log.trace" ]; then
 		r=$(awk '
 			/^\++ exit / {
