@@ -59,11 +59,12 @@ impl MiscDevice for CharDev {
         // the device can only be deleted.
         dev.stop();
         io::reset_all(&dev);
+        *dev.server_mm.lock() = None;
         let mut state = dev.state.lock();
         state.nr_fetched = 0;
         state.char_open = false;
         state.server_tgid = None;
-        state.server_mm = None;
+        drop(state);
         dev.ready.notify_all();
     }
 
@@ -71,9 +72,9 @@ impl MiscDevice for CharDev {
         {
             // Only one process maps the io descriptors: the server.
             let mm = core::ptr::from_ref(vma.mm()) as usize;
-            let mut state = dev.state.lock();
-            match state.server_mm {
-                None => state.server_mm = Some(mm),
+            let mut server_mm = dev.server_mm.lock();
+            match *server_mm {
+                None => *server_mm = Some(mm),
                 Some(server) if server != mm => return Err(EINVAL),
                 Some(_) => {}
             }

@@ -409,15 +409,17 @@ fn params_len(header: &CtrlCmd, set: bool) -> Result<usize> {
 /// `UBLK_U_CMD_SET_PARAMS`: sets the parameters of a device that was not started yet.
 fn set_params(dev: &UblkDevice, header: &CtrlCmd) -> Result {
     let len = params_len(header, true)?;
+    // Read before taking the device lock: a fault takes the mmap lock, which `mmap` of
+    // `/dev/ublkcN` holds when it takes the device lock.
+    let mut bytes = [0u8; uapi::PARAMS_SIZE];
+    let read = user_buf(header.addr, len)?
+        .reader()
+        .read_slice(&mut bytes[..len]);
     let mut state = dev.state.lock();
     if state.disk.is_some() {
         return Err(EACCES);
     }
-    let mut bytes = [0u8; uapi::PARAMS_SIZE];
-    if let Err(e) = user_buf(header.addr, len)?
-        .reader()
-        .read_slice(&mut bytes[..len])
-    {
+    if let Err(e) = read {
         state.params = Params::new();
         return Err(e);
     }

@@ -11,9 +11,9 @@ use crate::{
 };
 use kernel::{
     block::mq::{gen_disk::GenDisk, TagSet},
-    new_condvar, new_mutex,
+    new_condvar, new_mutex, new_spinlock,
     prelude::*,
-    sync::{Arc, CondVar, Mutex},
+    sync::{Arc, CondVar, Mutex, SpinLock},
     task::Pid,
 };
 
@@ -34,9 +34,6 @@ pub(crate) struct DeviceState {
     pub(crate) disk: Option<Arc<GenDisk<UblkQueue>>>,
     /// The process that has `/dev/ublkcN` open: the server, which `UBLK_U_CMD_START_DEV` names.
     pub(crate) server_tgid: Option<Pid>,
-    /// The address space that mapped the io descriptors first; the only one that may map them.
-    /// Only compared, never dereferenced.
-    pub(crate) server_mm: Option<usize>,
 }
 
 /// A ublk device.
@@ -51,6 +48,11 @@ pub(crate) struct UblkDevice {
     /// The state of the device.
     #[pin]
     pub(crate) state: Mutex<DeviceState>,
+    /// The address space that mapped the io descriptors first; the only one that may map them.
+    /// Only compared, never dereferenced. Not part of `state`: `mmap` holds the mmap lock, which
+    /// faults on user memory take, and the device lock is held across such copies.
+    #[pin]
+    pub(crate) server_mm: SpinLock<Option<usize>>,
     /// Signalled when the server fetched all io slots, and when it closed `/dev/ublkcN`.
     #[pin]
     pub(crate) ready: CondVar,
@@ -81,8 +83,8 @@ impl UblkDevice {
                     nr_fetched: 0,
                     disk: None,
                     server_tgid: None,
-                    server_mm: None,
                 }),
+                server_mm <- new_spinlock!(None),
                 ready <- new_condvar!(),
                 tag_set,
                 queues,
