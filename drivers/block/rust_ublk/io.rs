@@ -68,6 +68,18 @@ impl Io {
         core::mem::replace(&mut self.state, IoState::Idle)
     }
 
+    /// Checks that the slot belongs to the calling server thread and holds a request, as the C
+    /// driver does before it looks at a command other than a fetch.
+    fn check_owner(&self) -> Result {
+        if self.task != Some(current_task()) {
+            return Err(EINVAL);
+        }
+        match self.state {
+            IoState::Serving(_) => Ok(()),
+            _ => Err(EBUSY),
+        }
+    }
+
     /// Takes the request that the slot serves, if it serves one.
     fn take_serving(&mut self) -> Option<ARef<Rq>> {
         match self.take() {
@@ -258,14 +270,7 @@ fn slot_of<'a>(dev: &'a UblkDevice, io_cmd: &IoCmd) -> Result<&'a Arc<Queue>> {
 pub(crate) fn check_owner(dev: &UblkDevice, io_cmd: &IoCmd) -> Result {
     let queue = slot_of(dev, io_cmd)?;
     let slots = queue.slots.lock();
-    let io = &slots.ios[usize::from(io_cmd.tag)];
-    if io.task != Some(current_task()) {
-        return Err(EINVAL);
-    }
-    match io.state {
-        IoState::Serving(_) => Ok(()),
-        _ => Err(EBUSY),
-    }
+    slots.ios[usize::from(io_cmd.tag)].check_owner()
 }
 
 /// `UBLK_U_IO_FETCH_REQ`: the server offers an io slot for the first time.
@@ -305,7 +310,6 @@ pub(crate) fn fetch(
     cmd.mark_cancelable(issue_flags);
     {
         let mut slots = queue.slots.lock();
-        slots.dead = false;
         let io = &mut slots.ios[tag];
         io.addr = io_cmd.addr;
         io.task = Some(current_task());
@@ -332,23 +336,12 @@ pub(crate) fn commit_and_fetch(
     let rq = {
         let mut slots = queue.slots.lock();
         let io = &mut slots.ios[tag];
-        if io.task != Some(current_task()) {
+        io.check_owner()?;
+        // Copy mode: the data of the request is in the buffer the command names.
+        if io_cmd.addr == 0 {
             return Err(EINVAL);
         }
-        match io.take() {
-            // Copy mode: the data of the request is in the buffer the command names.
-            IoState::Serving(rq) if io_cmd.addr != 0 => rq,
-            // The slot was never fetched, or its request has no buffer.
-            other @ (IoState::Idle | IoState::Serving(_)) => {
-                io.state = other;
-                return Err(EINVAL);
-            }
-            // The server already has a command waiting in this slot.
-            other @ IoState::Fetched(_) => {
-                io.state = other;
-                return Err(EBUSY);
-            }
-        }
+        io.take_serving().ok_or(EBUSY)?
     };
 
     let (error, bytes) = if io_cmd.result < 0 {
