@@ -5,16 +5,17 @@
 //! User space sends driver-defined commands to a file with io_uring's `IORING_OP_URING_CMD`
 //! operation. The driver receives them through the `uring_cmd` file operation and either completes
 //! a command right away, by returning its result, or queues it: it returns `-EIOCBQUEUED` and
-//! posts the completion later.
+//! posts the completion later. Which of the two happened is a type here: a handler returns
+//! [`Issued`], and only a command that was queued yields the [`Queued`] token that says so.
 //!
 //! This module models the life of such a command with separate types:
 //!
 //! - [`IoUringCmd`] is a command while the driver handles its issue. It gives access to the
 //!   command payload of the submission queue entry (SQE) and to the command's driver-private area
 //!   (the "pdu").
-//! - [`QueuedIoUringCmd`] is a command that the driver kept with [`IoUringCmd::queue`]. It is
-//!   completed exactly once: explicitly with [`QueuedIoUringCmd::done`] or
-//!   [`QueuedIoUringCmd::done32`], or, if it is dropped, with `-ECANCELED`. It can be moved to the
+//! - [`QueuedIoUringCmd`] is a command that the driver kept with [`IoUringCmd::queue`] or
+//!   [`IoUringCmd::queue_cancelable`]. It is completed exactly once: explicitly with
+//!   [`QueuedIoUringCmd::done`], or, if it is dropped, with `-ECANCELED`. It can be moved to the
 //!   task that submitted it with [`QueuedIoUringCmd::complete_in_task`].
 //! - [`IoUringCmdCancel`] is the view of a queued command that io_uring asks the driver to cancel,
 //!   typically because the ring is being torn down.
@@ -31,28 +32,34 @@
 //!
 //! ```
 //! use kernel::{
-//!     io_uring::{IoUringCmd, IoUringCmdCancel, IssueFlags, QueuedIoUringCmd},
+//!     io_uring::{CmdFile, IoUringCmd, IoUringCmdCancel, IssueFlags, Issued, QueuedIoUringCmd},
 //!     prelude::*,
 //!     sync::SpinLock,
 //! };
 //!
+//! /// The file that the commands are sent to. It handles their cancellation.
+//! struct MyFile;
+//!
+//! impl CmdFile for MyFile {
+//!     const HANDLES_CANCEL: bool = true;
+//! }
+//!
 //! /// The `uring_cmd` handler of the driver.
-//! fn uring_cmd(
+//! fn uring_cmd<'a>(
 //!     pending: &SpinLock<KVec<QueuedIoUringCmd>>,
-//!     mut cmd: IoUringCmd<'_>,
-//!     issue_flags: IssueFlags<'_>,
-//! ) -> Result<i32> {
+//!     mut cmd: IoUringCmd<'a, MyFile>,
+//!     issue_flags: IssueFlags<'a>,
+//! ) -> Result<Issued<'a>> {
 //!     let value: i32 = cmd.read_cmd()?;
 //!     if cmd.cmd_op() == 0 {
-//!         return Ok(value);
+//!         return Ok(Issued::Done(value.try_into()?));
 //!     }
 //!
 //!     cmd.write_pdu(&value);
-//!     let mut cmd = cmd.queue();
-//!     cmd.mark_cancelable(issue_flags);
+//!     let (cmd, queued) = cmd.queue_cancelable(issue_flags);
 //!     // If the command cannot be stored, dropping it completes it with `ECANCELED`.
 //!     let _ = pending.lock().push(cmd, GFP_ATOMIC);
-//!     Err(EIOCBQUEUED)
+//!     Ok(queued.into())
 //! }
 //!
 //! /// The `uring_cmd_cancel` handler of the driver.
@@ -82,6 +89,34 @@
 //!         });
 //!     }
 //! }
+//! ```
+//!
+//! Only commands of files that handle cancellation can be marked as cancelable: io_uring would
+//! wait forever for the others when the ring is torn down. This does not build:
+//!
+//! ```compile_fail
+//! use kernel::{
+//!     io_uring::{CmdFile, IoUringCmd, IssueFlags, Issued},
+//!     prelude::*,
+//! };
+//!
+//! struct NoCancel;
+//!
+//! impl CmdFile for NoCancel {
+//!     const HANDLES_CANCEL: bool = false;
+//! }
+//!
+//! fn uring_cmd<'a>(
+//!     cmd: IoUringCmd<'a, NoCancel>,
+//!     issue_flags: IssueFlags<'a>,
+//! ) -> Result<Issued<'a>> {
+//!     let (_cmd, queued) = cmd.queue_cancelable(issue_flags);
+//!     Ok(queued.into())
+//! }
+//!
+//! // Taking its address makes the compiler build the handler.
+//! let _handler: for<'a> fn(IoUringCmd<'a, NoCancel>, IssueFlags<'a>) -> Result<Issued<'a>> =
+//!     uring_cmd;
 //! ```
 //!
 //! C header: [`include/linux/io_uring/cmd.h`](srctree/include/linux/io_uring/cmd.h)
@@ -139,9 +174,7 @@ const fn issue_flag(flag: bindings::io_uring_cmd_flags) -> u32 {
 const F_NONBLOCK: u32 = issue_flag(bindings::io_uring_cmd_flags_IO_URING_F_NONBLOCK);
 const F_UNLOCKED: u32 = issue_flag(bindings::io_uring_cmd_flags_IO_URING_F_UNLOCKED);
 const F_SQE128: u32 = issue_flag(bindings::io_uring_cmd_flags_IO_URING_F_SQE128);
-const F_CQE32: u32 = issue_flag(bindings::io_uring_cmd_flags_IO_URING_F_CQE32);
 const F_CANCEL: u32 = issue_flag(bindings::io_uring_cmd_flags_IO_URING_F_CANCEL);
-const F_COMPAT: u32 = issue_flag(bindings::io_uring_cmd_flags_IO_URING_F_COMPAT);
 
 /// Converts the result of a command to the value of its completion queue entry.
 fn cqe_res(ret: Result<i32>) -> i32 {
@@ -216,11 +249,6 @@ impl<'a> IssueFlags<'a> {
         }
     }
 
-    /// Returns the raw value of the flags (`IO_URING_F_*`).
-    pub fn bits(self) -> u32 {
-        self.bits
-    }
-
     /// Returns whether the caller must not block (`IO_URING_F_NONBLOCK`).
     ///
     /// A `uring_cmd` handler that would have to sleep can return `EAGAIN`; io_uring then issues
@@ -241,18 +269,6 @@ impl<'a> IssueFlags<'a> {
     /// The command payload then has [`CMD128_SIZE`] bytes instead of [`CMD_SIZE`].
     pub fn is_sqe128(self) -> bool {
         self.bits & F_SQE128 != 0
-    }
-
-    /// Returns whether the ring can post 32-byte CQEs (`IO_URING_F_CQE32`).
-    ///
-    /// Only then does the second result of [`QueuedIoUringCmd::done32`] reach user space.
-    pub fn is_cqe32(self) -> bool {
-        self.bits & F_CQE32 != 0
-    }
-
-    /// Returns whether the ring was created by a compat (32-bit) task (`IO_URING_F_COMPAT`).
-    pub fn is_compat(self) -> bool {
-        self.bits & F_COMPAT != 0
     }
 
     /// Returns whether io_uring is cancelling a command (`IO_URING_F_CANCEL`).
@@ -300,21 +316,71 @@ impl<'a> IssueFlags<'a> {
 /// either returns the result of the command from the file operation or keeps the command with
 /// [`IoUringCmd::queue`] to complete it later.
 ///
+/// `F` is the file that the command was sent to (see [`CmdFile`]).
+///
 /// # Invariants
 ///
 /// - `ptr` points to a valid `struct io_uring_cmd` that io_uring is issuing to the driver, in a
-///   `uring_cmd` call that lasts for the whole lifetime `'a`.
+///   `uring_cmd` call that lasts for the whole lifetime `'a`, for a file whose file operations
+///   are described by `F`.
 /// - The command payload of the command's SQE (`ptr->sqe`) is valid for reads of [`CMD128_SIZE`]
 ///   bytes if `sqe128` is true, and of [`CMD_SIZE`] bytes otherwise.
 /// - The pdu of the command is initialized, and no one else accesses it during `'a`.
-/// - `*queued` is set to `true` when the command is kept with [`IoUringCmd::queue`].
-pub struct IoUringCmd<'a> {
+/// - `*queued` is set to `true` when the command is queued, which consumes the object.
+pub struct IoUringCmd<'a, F: CmdFile> {
     ptr: NonNull<bindings::io_uring_cmd>,
     sqe128: bool,
     queued: &'a mut bool,
+    _file: PhantomData<F>,
 }
 
-impl IoUringCmd<'_> {
+/// What the commands of a file know about its file operations.
+///
+/// The abstractions that implement `uring_cmd` file operations implement this trait for the type
+/// that stands for the file, which [`IoUringCmd`] carries as a type parameter.
+pub trait CmdFile {
+    /// Whether the file operations handle the cancellation of queued commands
+    /// (`IO_URING_F_CANCEL`, see [`IoUringCmdCancel`]).
+    ///
+    /// Only then can a command be marked as cancelable ([`IoUringCmd::queue_cancelable`]):
+    /// io_uring waits for cancelable commands when it tears a ring down, and without a handler
+    /// no one would complete them.
+    const HANDLES_CANCEL: bool;
+}
+
+/// Proof that a `uring_cmd` handler queued its command.
+///
+/// Only [`IoUringCmd::queue`], [`IoUringCmd::queue_cancelable`] and
+/// [`IoUringCmd::issue_in_task`] create it, and the handler returns it (as [`Issued::Queued`]) to
+/// tell io_uring that the command is completed later. The lifetime ties it to the `uring_cmd`
+/// call of the command.
+#[must_use = "a queued command must be reported with `Issued::Queued`"]
+pub struct Queued<'a> {
+    _p: PhantomData<fn(&'a ()) -> &'a ()>,
+}
+
+/// How a `uring_cmd` handler leaves a command that was issued to it.
+///
+/// A handler returns `Result<Issued<'a>>`: an error completes the command with the negative error
+/// code, [`Issued::Done`] with a value.
+pub enum Issued<'a> {
+    /// The command is complete; the value becomes the `res` field of its completion queue entry.
+    ///
+    /// Values above `i32::MAX` do not fit there: they are reported as a driver bug, and the
+    /// command fails with `EOVERFLOW`.
+    Done(u32),
+    /// The command was queued, and is completed later.
+    Queued(Queued<'a>),
+}
+
+impl<'a> From<Queued<'a>> for Issued<'a> {
+    #[inline]
+    fn from(queued: Queued<'a>) -> Self {
+        Issued::Queued(queued)
+    }
+}
+
+impl<'a, F: CmdFile> IoUringCmd<'a, F> {
     /// Returns the raw `struct io_uring_cmd` pointer.
     pub fn as_raw(&self) -> *mut bindings::io_uring_cmd {
         self.ptr.as_ptr()
@@ -418,14 +484,92 @@ impl IoUringCmd<'_> {
     ///
     /// The returned [`QueuedIoUringCmd`] owns the command from now on, and io_uring is told that
     /// the command is queued (the `uring_cmd` file operation returns `-EIOCBQUEUED`), whatever the
-    /// handler returns. The handler should return [`EIOCBQUEUED`] after calling this; other
-    /// values are reported as driver bugs.
-    pub fn queue(self) -> QueuedIoUringCmd {
+    /// handler returns. The handler returns the [`Queued`] token (as [`Issued::Queued`]); a
+    /// handler that returns anything else after queueing its command is reported as buggy.
+    pub fn queue(self) -> (QueuedIoUringCmd, Queued<'a>) {
         *self.queued = true;
         // INVARIANT: The command was issued to the driver, and the `uring_cmd` file operation is
         // going to return `-EIOCBQUEUED` because `*self.queued` is now set. The pdu is initialized
         // by the type invariants of `Self`, and writes to it end here since `self` is consumed.
-        QueuedIoUringCmd { ptr: self.ptr }
+        let cmd = QueuedIoUringCmd { ptr: self.ptr };
+        (cmd, Queued { _p: PhantomData })
+    }
+
+    /// Keeps the command, to complete it later, and marks it as cancelable.
+    ///
+    /// This is [`IoUringCmd::queue`] for commands that may wait for a long time: io_uring then
+    /// calls the driver to cancel the command (with an [`IoUringCmdCancel`]) when the ring is
+    /// torn down or the submitting task exits, until the command is completed.
+    ///
+    /// Only commands of files that handle cancellation can be cancelable, which is checked at
+    /// build time (see [`CmdFile::HANDLES_CANCEL`]).
+    pub fn queue_cancelable(self, issue_flags: IssueFlags<'_>) -> (QueuedIoUringCmd, Queued<'a>) {
+        const {
+            assert!(
+                F::HANDLES_CANCEL,
+                "commands of files without a cancel handler cannot be cancelable"
+            )
+        };
+
+        // SAFETY: By the type invariants, `ptr` is valid.
+        let bits = unsafe { issue_flags.bits_for(self.as_raw()) };
+        // SAFETY: By the type invariants, `ptr` is a valid command that is being issued, so it is
+        // not completed. `bits` describe the locking context of the caller correctly for this
+        // command's ring. The file of the command handles cancellation, by the check above and
+        // the type invariants.
+        unsafe { bindings::io_uring_cmd_mark_cancelable(self.as_raw(), bits) };
+        self.queue()
+    }
+
+    /// Issues the command again from the task that submitted it.
+    ///
+    /// io_uring issues commands from its worker threads (see [`IssueFlags::is_unlocked`]) when
+    /// user space asks for it (`IOSQE_ASYNC`) or when the command could not be issued without
+    /// blocking. A driver that keeps per-task state, or that must not take the ring lock in the
+    /// order of a worker, calls this instead of handling the command: the command is queued, and
+    /// io_uring runs a task work item on the submitting task, which calls the `uring_cmd` file
+    /// operation again with the issue flags of task work. If the task is exiting by then, the
+    /// command completes with `ECANCELED` instead.
+    pub fn issue_in_task(self) -> Queued<'a> {
+        let (cmd, queued) = self.queue();
+        let this = ManuallyDrop::new(cmd);
+        // SAFETY: `this` is a valid command that is queued and not completed. `this` gives up
+        // the responsibility to complete it, which passes to `reissue_trampoline`: it runs
+        // exactly once, and completes the command or hands it to the file operation.
+        unsafe { bindings::io_uring_cmd_complete_in_task(this.as_raw(), Some(reissue_trampoline)) };
+        queued
+    }
+}
+
+/// Task work callback of [`IoUringCmd::issue_in_task`]: issues the command to its file again.
+///
+/// # Safety
+///
+/// Must only be called by io_uring, as the task work of a command that
+/// [`IoUringCmd::issue_in_task`] passed to `io_uring_cmd_complete_in_task()`.
+unsafe extern "C" fn reissue_trampoline(tw_req: bindings::io_tw_req, tw: bindings::io_tw_token_t) {
+    let flags = bindings::IO_URING_CMD_TASK_WORK_ISSUE_FLAGS;
+    // SAFETY: By the safety requirements, this is the task work of a command.
+    let cmd = unsafe { bindings::io_uring_cmd_from_tw(tw_req) };
+    let ret = if tw.cancel {
+        ECANCELED.to_errno()
+    } else {
+        // SAFETY: The command is valid and holds a reference to its file, whose file operations
+        // have a `uring_cmd`, since the command was issued through it. The command is queued, so
+        // no one else issues or completes it: calling `uring_cmd` with the flags of this task
+        // work is a new issue of the command, as io_uring itself makes one from task work.
+        unsafe {
+            let uring_cmd = (*(*(*cmd).file).f_op).uring_cmd;
+            match uring_cmd {
+                Some(uring_cmd) => uring_cmd(cmd, flags),
+                None => EOPNOTSUPP.to_errno(),
+            }
+        }
+    };
+    if ret != EIOCBQUEUED.to_errno() {
+        // SAFETY: The file operation did not queue the command, so this task work still owns it
+        // and completes it, with the flags of task work, once.
+        unsafe { bindings::io_uring_cmd_done(cmd, ret, flags) };
     }
 }
 
@@ -452,16 +596,16 @@ unsafe fn read_pdu<T: FromBytes>(cmd: *mut bindings::io_uring_cmd) -> T {
 ///
 /// A queued command is obtained with [`IoUringCmd::queue`] and is completed exactly once:
 ///
-/// - with [`QueuedIoUringCmd::done`] or [`QueuedIoUringCmd::done32`], from an io_uring callback
+/// - with [`QueuedIoUringCmd::done`], from an io_uring callback
 ///   whose [`IssueFlags`] are passed along;
 /// - after [`QueuedIoUringCmd::complete_in_task`], by the task work callback, which receives the
 ///   command and the issue flags of the task work;
 /// - or, if it is dropped, with `-ECANCELED`, from task work.
 ///
 /// A queued command keeps a reference to the file it was sent to, so the file is not released
-/// before all its queued commands are completed. Drivers usually mark queued commands as
-/// cancelable ([`QueuedIoUringCmd::mark_cancelable`]) so that io_uring can ask them to complete
-/// the commands when the ring is torn down.
+/// before all its queued commands are completed. Drivers usually queue commands as cancelable
+/// ([`IoUringCmd::queue_cancelable`]) so that io_uring can ask them to complete the commands when
+/// the ring is torn down.
 ///
 /// The pdu of a queued command is read-only, because io_uring may ask to cancel the command
 /// concurrently (see [`IoUringCmdCancel`]).
@@ -478,7 +622,7 @@ pub struct QueuedIoUringCmd {
     ptr: NonNull<bindings::io_uring_cmd>,
 }
 
-// SAFETY: A queued command can be completed from any thread: `done` and `done32` check the issue
+// SAFETY: A queued command can be completed from any thread: `done` checks the issue
 // flags they are given, and `complete_in_task` may be called from any context.
 unsafe impl Send for QueuedIoUringCmd {}
 
@@ -522,23 +666,6 @@ impl QueuedIoUringCmd {
         unsafe { read_pdu(self.as_raw()) }
     }
 
-    /// Marks the command as cancelable.
-    ///
-    /// io_uring then calls the driver to cancel the command (with an [`IoUringCmdCancel`]) when
-    /// the ring is torn down or the submitting task exits, until the command is completed. A
-    /// driver that marks commands as cancelable must handle these calls, or tearing down the ring
-    /// waits for the commands forever.
-    ///
-    /// `issue_flags` are the flags of the callback that calls this, which must run for a command
-    /// of the same ring (usually the issue of this very command).
-    pub fn mark_cancelable(&mut self, issue_flags: IssueFlags<'_>) {
-        // SAFETY: By the type invariants, `ptr` is valid.
-        let bits = unsafe { issue_flags.bits_for(self.as_raw()) };
-        // SAFETY: By the type invariants, `ptr` is a valid command that is not completed. `bits`
-        // describe the locking context of the caller correctly for this command's ring.
-        unsafe { bindings::io_uring_cmd_mark_cancelable(self.as_raw(), bits) };
-    }
-
     /// Completes the command with the result `ret`.
     ///
     /// `ret` becomes the `res` field of the completion queue entry: the value for `Ok`, the
@@ -555,20 +682,6 @@ impl QueuedIoUringCmd {
         // `this` gives up the responsibility to complete it, so this is the only completion.
         // `bits` describe the locking context of the caller correctly for this command's ring.
         unsafe { bindings::io_uring_cmd_done(this.as_raw(), cqe_res(ret), bits) };
-    }
-
-    /// Completes the command with the result `ret` and the second result `res2`.
-    ///
-    /// This is [`QueuedIoUringCmd::done`] for rings with 32-byte completion queue entries, where
-    /// `res2` is stored in the first extra field of the entry (see [`IssueFlags::is_cqe32`]).
-    pub fn done32(self, ret: Result<i32>, res2: u64, issue_flags: IssueFlags<'_>) {
-        // SAFETY: By the type invariants, `ptr` is valid.
-        let bits = unsafe { issue_flags.bits_for(self.as_raw()) };
-        let this = ManuallyDrop::new(self);
-        // SAFETY: By the type invariants, `ptr` is a valid command that is not completed, and
-        // `this` gives up the responsibility to complete it, so this is the only completion.
-        // `bits` describe the locking context of the caller correctly for this command's ring.
-        unsafe { bindings::io_uring_cmd_done32(this.as_raw(), cqe_res(ret), res2, bits) };
     }
 
     /// Runs `callback` in the context of the task that submitted the command.
@@ -617,10 +730,27 @@ impl QueuedIoUringCmd {
     ///
     /// `callback` must not capture anything, which is checked at build time.
     ///
+    /// `data` must not borrow anything (`'static`): the task work may run long after the caller
+    /// returned. This does not build:
+    ///
+    /// ```compile_fail
+    /// use kernel::{io_uring::QueuedIoUringCmd, prelude::*};
+    ///
+    /// fn hand_over(cmd: QueuedIoUringCmd) -> Result {
+    ///     let value = 42u32;
+    ///     // `value` is gone by the time the task work runs.
+    ///     let data = KBox::new(&value, GFP_KERNEL)?;
+    ///     cmd.complete_in_task_with(data, |cmd, data, issue_flags| {
+    ///         cmd.done(Ok(**data as i32), issue_flags)
+    ///     });
+    ///     Ok(())
+    /// }
+    /// ```
+    ///
     /// [`Arc`]: crate::sync::Arc
     pub fn complete_in_task_with<D, F>(self, data: D, callback: F)
     where
-        D: ForeignOwnable + Send,
+        D: ForeignOwnable + Send + 'static,
         F: FnOnce(QueuedIoUringCmd, D, IssueFlags<'_>) + Send + 'static,
     {
         const {
@@ -707,7 +837,7 @@ unsafe extern "C" fn task_work_trampoline_with<D, F>(
     tw_req: bindings::io_tw_req,
     tw: bindings::io_tw_token_t,
 ) where
-    D: ForeignOwnable + Send,
+    D: ForeignOwnable + Send + 'static,
     F: FnOnce(QueuedIoUringCmd, D, IssueFlags<'_>) + Send + 'static,
 {
     // SAFETY: By the safety requirements, this is the task work of a command.
@@ -743,7 +873,7 @@ unsafe extern "C" fn task_work_trampoline_with<D, F>(
 
 /// A queued io_uring command that io_uring asks the driver to cancel.
 ///
-/// io_uring cancels commands that were marked with [`QueuedIoUringCmd::mark_cancelable`] when
+/// io_uring cancels commands that were queued with [`IoUringCmd::queue_cancelable`] when
 /// the ring is torn down or the submitting task exits. It does so by calling the driver once for
 /// each such command, until the driver completes the command. The driver finds the
 /// [`QueuedIoUringCmd`] it kept for the command, for example with the help of the pdu, and
@@ -806,11 +936,12 @@ impl IoUringCmdCancel<'_> {
 /// # Safety
 ///
 /// `ioucmd` and `issue_flags` must be the arguments of the `uring_cmd` file operation call that
-/// calls this function, and this function must be called at most once in that call.
-pub(crate) unsafe fn dispatch_uring_cmd(
+/// calls this function, for a file whose file operations `F` describes, and this function must be
+/// called at most once in that call.
+pub(crate) unsafe fn dispatch_uring_cmd<F: CmdFile>(
     ioucmd: *mut bindings::io_uring_cmd,
     issue_flags: c_uint,
-    issue: impl FnOnce(IoUringCmd<'_>, IssueFlags<'_>) -> Result<i32>,
+    issue: impl for<'a> FnOnce(IoUringCmd<'a, F>, IssueFlags<'a>) -> Result<Issued<'a>>,
     cancel: impl FnOnce(IoUringCmdCancel<'_>, IssueFlags<'_>),
 ) -> c_int {
     // SAFETY: By the safety requirements, these are the arguments of a `uring_cmd` call that lasts
@@ -846,7 +977,7 @@ pub(crate) unsafe fn dispatch_uring_cmd(
     let mut queued = false;
     // INVARIANT:
     // - The command is being issued by the `uring_cmd` call that calls this function, which lasts
-    //   longer than `cmd`.
+    //   longer than `cmd`, for a file that `F` describes.
     // - io_uring makes the SQE valid for the duration of the call, with a payload whose size
     //   depends on `IO_URING_F_SQE128`.
     // - The pdu was just initialized, and only `cmd` accesses it until the command is queued.
@@ -854,20 +985,40 @@ pub(crate) unsafe fn dispatch_uring_cmd(
         ptr,
         sqe128: flags.is_sqe128(),
         queued: &mut queued,
+        _file: PhantomData,
     };
-    let ret = issue(cmd, flags);
+    // Keep no borrow of `queued`: the `Queued` token borrows it.
+    let ret = issue(cmd, flags).map(|issued| match issued {
+        Issued::Done(value) => Some(value),
+        Issued::Queued(_) => None,
+    });
 
     if queued {
         // The command belongs to a `QueuedIoUringCmd` now (and may even be completed already), so
-        // io_uring must not complete it.
-        crate::warn_on!(ret != Err(EIOCBQUEUED));
+        // io_uring must not complete it, whatever the handler returned.
+        crate::warn_on!(!matches!(ret, Ok(None)));
         return EIOCBQUEUED.to_errno();
     }
 
-    if crate::warn_on!(ret == Err(EIOCBQUEUED)) {
-        // The driver did not keep the command, so no one could ever complete it.
-        return EINVAL.to_errno();
+    match ret {
+        // A `Queued` token only comes from queueing this command, which did not happen.
+        Ok(None) => {
+            crate::warn_on!(true);
+            EINVAL.to_errno()
+        }
+        Ok(Some(value)) => match i32::try_from(value) {
+            Ok(res) => res,
+            Err(_) => {
+                crate::warn_on!(true);
+                EOVERFLOW.to_errno()
+            }
+        },
+        // `-EIOCBQUEUED` would tell io_uring that someone completes the command later, but the
+        // driver did not keep it, so no one could.
+        Err(e) if e == EIOCBQUEUED => {
+            crate::warn_on!(true);
+            EINVAL.to_errno()
+        }
+        Err(e) => e.to_errno(),
     }
-
-    cqe_res(ret)
 }

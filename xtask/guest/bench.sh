@@ -16,12 +16,14 @@
 #            wall time of `kublk add`, NDEV devices, the unpatched 7.3.4
 #            module (default mq-deadline) vs the patched one (default none)
 #  ratio:    (`--rust-vs-c`, booted with no driver loaded) fio 4k randread
-#            qd16 IOPS on a null device, the C driver vs the Rust driver:
-#            each round loads ublk_drv, adds the device, runs fio, deletes
-#            it and unloads the module, then the same with rust_ublk. A
-#            driver that fails is recorded in $JOB/bench-failures.txt
-#            ("driver|round|reason"), not retried, and the boot's status is
-#            non-zero.
+#            IOPS on a null device, the C driver vs the Rust driver, for
+#            each iodepth of IODEPTHS in turn: each round loads ublk_drv,
+#            adds the device, runs fio, deletes it and unloads the module,
+#            then the same with rust_ublk; config "qd<iodepth>/<c|rust>".
+#            After each round a progress line "bench: [k/N] ..." (k rounds
+#            of N done). A driver that fails is recorded in
+#            $JOB/bench-failures.txt ("driver|iodepth|round|reason"), not
+#            run again (at any iodepth), and the boot's status is non-zero.
 #
 # SECTIONS (job.env) lists the sections to run.
 
@@ -145,71 +147,90 @@ bench_start() {
 FAILURES="$JOB/bench-failures.txt"
 
 ratio_fail() {
-	# ratio_fail <driver> <round> <reason>
-	log "$1 driver, round $2: $3"
-	echo "$1|$2|${3//|/ }" >> "$FAILURES"
+	# ratio_fail <driver> <iodepth> <round> <reason>
+	log "$1 driver, iodepth $2, round $3: $4"
+	echo "$1|$2|$3|${4//|/ }" >> "$FAILURES"
 	# shellcheck disable=SC2034 # run.sh, which sources this, reports it
 	status=1
 }
 
 ratio_one() {
-	# ratio_one <c|rust> <round>: one measurement, the module loaded and
-	# unloaded around it; returns non-zero if the driver failed
-	local drv=$1 r=$2 mod=ublk_drv id out rc iops ok=0
+	# ratio_one <c|rust> <iodepth> <round>: one measurement, the module
+	# loaded and unloaded around it; sets RATIO_IOPS (empty if none) and
+	# returns non-zero if the driver failed
+	local drv=$1 qd=$2 r=$3 mod=ublk_drv id out rc iops ok=0
 	[ "$drv" = rust ] && mod=rust_ublk
+	RATIO_IOPS=
 	if ! load_driver "$drv" >&2; then
-		ratio_fail "$drv" "$r" "loading $mod failed"
+		ratio_fail "$drv" "$qd" "$r" "loading $mod failed"
 		return 1
 	fi
 	out=$(timeout -k 5 60 "$KUBLK" add -t null -q 1 -d 128 2>&1)
 	rc=$?
 	id=$(echo "$out" | sed -n 's/.*dev id \([0-9]*\).*/\1/p' | head -n 1)
 	if [ "$rc" -eq 124 ]; then
-		ratio_fail "$drv" "$r" "kublk add -t null did not finish in 60s"
+		ratio_fail "$drv" "$qd" "$r" "kublk add -t null did not finish in 60s"
 		ok=1
 	elif [ "$rc" -ne 0 ] || [ -z "$id" ]; then
-		ratio_fail "$drv" "$r" "kublk add -t null failed (exit $rc): $(echo "$out" | tail -n 2 | tr '\n' ' ' | cut -c1-160)"
+		ratio_fail "$drv" "$qd" "$r" "kublk add -t null failed (exit $rc): $(echo "$out" | tail -n 2 | tr '\n' ' ' | cut -c1-160)"
 		ok=1
 	else
 		pin_server "$id"
 		udevadm settle --timeout=30 >/dev/null 2>&1
 		out=$(timeout -k 10 $((RUNTIME + 60)) taskset -c 0 fio --ioengine=io_uring \
-			--direct=1 --bs=4k --rw=randread --iodepth=16 --time_based \
+			--direct=1 --bs=4k --rw=randread --iodepth="$qd" --time_based \
 			--runtime="$RUNTIME" --ramp_time=1 --name=ratio \
 			--filename="/dev/ublkb$id" --output-format=terse --terse-version=3 2>&1)
 		rc=$?
 		iops=$(echo "$out" | awk -F';' 'NF > 8 { print $8; exit }')
 		if [ "$rc" -ne 0 ] || ! [[ "$iops" =~ ^[0-9]+(\.[0-9]*)?$ ]] || [ "${iops%.*}" -eq 0 ]; then
-			ratio_fail "$drv" "$r" "fio 4k randread on /dev/ublkb$id failed (exit $rc, IOPS '${iops}'): $(echo "$out" | grep -m1 -i err | cut -c1-120)"
+			ratio_fail "$drv" "$qd" "$r" "fio 4k randread iodepth $qd on /dev/ublkb$id failed (exit $rc, IOPS '${iops}'): $(echo "$out" | grep -m1 -i err | cut -c1-120)"
 			ok=1
 		else
-			rec ratio "$drv" "$r" "$iops"
-			log "round $r: $drv driver $iops IOPS"
+			rec ratio "qd$qd/$drv" "$r" "$iops"
+			RATIO_IOPS=$iops
 		fi
 	fi
 	pkill -9 -x kublk 2>/dev/null
 	timeout -k 5 60 "$KUBLK" del -a >/dev/null 2>&1
 	udevadm settle --timeout=30 >/dev/null 2>&1
 	if ! rmmod "$mod"; then
-		ratio_fail "$drv" "$r" "rmmod $mod failed"
+		ratio_fail "$drv" "$qd" "$r" "rmmod $mod failed"
 		return 1
 	fi
 	return "$ok"
 }
 
 bench_ratio() {
-	local r drv failed=""
-	for r in $(seq "$ROUNDS"); do
-		for drv in c rust; do
-			case " $failed " in
-			*" $drv "*) continue ;;
-			esac
-			ratio_one "$drv" "$r" || failed="$failed $drv"
+	# For each iodepth, ROUNDS rounds of C then Rust; a driver that failed
+	# once is left out of every later run.
+	local qd r drv failed="" k=0 total res
+	local -A got
+	total=$(( $(echo "$IODEPTHS" | wc -w) * ROUNDS ))
+	for qd in $IODEPTHS; do
+		for r in $(seq "$ROUNDS"); do
+			for drv in c rust; do
+				case " $failed " in
+				*" $drv "*)
+					got[$drv]="not run (failed earlier)"
+					continue
+					;;
+				esac
+				if ratio_one "$drv" "$qd" "$r"; then
+					got[$drv]="$RATIO_IOPS IOPS"
+				else
+					got[$drv]=failed
+					failed="$failed $drv"
+				fi
+			done
+			k=$((k + 1))
+			res="C ${got[c]}, Rust ${got[rust]}"
+			log "[$k/$total] iodepth $qd, round $r/$ROUNDS: $res"
 		done
 	done
 }
 
-log "sections: $SECTIONS; rounds=$ROUNDS runtime=${RUNTIME}s ndev=$NDEV flag option '$FLAG_OPT'"
+log "sections: $SECTIONS; rounds=$ROUNDS runtime=${RUNTIME}s iodepths '$IODEPTHS' ndev=$NDEV flag option '$FLAG_OPT'"
 for section in $SECTIONS; do
 	"bench_$section"
 done

@@ -7,20 +7,23 @@
 //! each queue read-only, and sends the io commands of [`crate::io`] with io_uring.
 
 use crate::{
-    device::UblkDevice,
+    device::{Server, UblkDevice},
     io, iodesc,
     uapi::{self, IoCmd},
 };
 use kernel::{
     current,
     fs::File,
-    io_uring::{IoUringCmd, IoUringCmdCancel, IssueFlags},
-    miscdevice::{MiscDevice, MiscDeviceRegistration},
-    mm::virt::VmaNew,
+    io_uring::{IoUringCmd, IoUringCmdCancel, IssueFlags, Issued},
+    miscdevice::{MiscCmdFile, MiscDevice, MiscDeviceRegistration},
+    mm::{virt::VmaNew, Mm},
     prelude::*,
     str::CString,
-    sync::{Arc, ArcBorrow},
+    sync::{aref::ARef, Arc, ArcBorrow},
 };
+
+/// An io command being issued on `/dev/ublkcN`.
+pub(crate) type Cmd<'a> = IoUringCmd<'a, MiscCmdFile<CharDev>>;
 
 /// The file operations of `/dev/ublkcN`.
 pub(crate) struct CharDev;
@@ -42,11 +45,13 @@ impl MiscDevice for CharDev {
     fn open(_file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<Arc<UblkDevice>> {
         let dev = misc.data();
         let mut state = dev.state.lock();
-        if state.char_open {
+        if matches!(state.server, Server::Attached { .. }) {
             return Err(EBUSY);
         }
-        state.char_open = true;
-        state.server_tgid = Some(current!().tgid_nr_ns(None));
+        state.server = Server::Attached {
+            tgid: current!().tgid(),
+            nr_fetched: 0,
+        };
         drop(state);
         Ok(dev.clone())
     }
@@ -59,23 +64,20 @@ impl MiscDevice for CharDev {
         // the device can only be deleted.
         dev.stop();
         io::reset_all(&dev);
-        *dev.server_mm.lock() = None;
-        let mut state = dev.state.lock();
-        state.nr_fetched = 0;
-        state.char_open = false;
-        state.server_tgid = None;
-        drop(state);
+        let mm = dev.server_mm.lock().take();
+        drop(mm);
+        dev.state.lock().server = Server::Detached;
         dev.ready.notify_all();
     }
 
     fn mmap(dev: ArcBorrow<'_, UblkDevice>, _file: &File, vma: &VmaNew) -> Result {
         {
             // Only one process maps the io descriptors: the server.
-            let mm = core::ptr::from_ref(vma.mm()) as usize;
+            let mm: &Mm = vma.mm();
             let mut server_mm = dev.server_mm.lock();
-            match *server_mm {
-                None => *server_mm = Some(mm),
-                Some(server) if server != mm => return Err(EINVAL),
+            match &*server_mm {
+                None => *server_mm = Some(ARef::from(mm)),
+                Some(server) if !core::ptr::eq(&**server, mm) => return Err(EINVAL),
                 Some(_) => {}
             }
         }
@@ -83,14 +85,21 @@ impl MiscDevice for CharDev {
             return Err(EPERM);
         }
         let q_id = iodesc::queue_of(vma)?;
-        dev.queues.get(q_id)?.descs.map(q_id, vma)
+        dev.queues.get(q_id)?.desc_pages.map(q_id, vma)
     }
 
-    fn uring_cmd(
+    fn uring_cmd<'a>(
         dev: ArcBorrow<'_, UblkDevice>,
-        cmd: IoUringCmd<'_>,
-        issue_flags: IssueFlags<'_>,
-    ) -> Result<i32> {
+        cmd: Cmd<'a>,
+        issue_flags: IssueFlags<'a>,
+    ) -> Result<Issued<'a>> {
+        // io_uring issues the command from a worker thread (`IOSQE_ASYNC`, or a full submission
+        // queue). The io slots belong to the server's threads, and the ring lock is taken after
+        // the device lock here: issue the command again from the thread that submitted it, with
+        // the ring lock held, as the C driver does.
+        if issue_flags.is_unlocked() {
+            return Ok(cmd.issue_in_task().into());
+        }
         let op = cmd.cmd_op();
         if !matches!(uapi::ioc_type(op), 0 | 0x75) {
             return Err(EOPNOTSUPP);

@@ -19,14 +19,13 @@ use kernel::{
     cred::{capable, Capability},
     current,
     fs::{path::Path, File},
-    io_uring::{IoUringCmd, IssueFlags},
-    miscdevice::{MiscDevice, MiscDeviceRegistration},
+    io_uring::{IoUringCmd, IssueFlags, Issued},
+    miscdevice::{MiscCmdFile, MiscDevice, MiscDeviceRegistration},
     new_mutex,
     prelude::*,
     rbtree::RBTree,
     sync::{Arc, ArcBorrow, Mutex},
     uaccess::{UserPtr, UserSlice},
-    workqueue,
 };
 
 /// Number of device numbers (`UBLK_MAX_UBLKS`, the minors of a character device region).
@@ -36,6 +35,13 @@ const MAX_UBLKS: u32 = 1 << 20;
 struct Entry {
     dev: Arc<UblkDevice>,
     char_dev: Pin<KBox<MiscDeviceRegistration<CharDev>>>,
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        // A device that goes away with the module must not leave its partition scan queued.
+        self.dev.cancel_scan();
+    }
 }
 
 /// The state of the control device: the devices, by number.
@@ -81,12 +87,12 @@ impl MiscDevice for ControlFile {
         Ok(misc.data().clone())
     }
 
-    fn uring_cmd(
+    fn uring_cmd<'a>(
         ctl: ArcBorrow<'_, Control>,
-        cmd: IoUringCmd<'_>,
-        issue_flags: IssueFlags<'_>,
-    ) -> Result<i32> {
-        handle(&ctl, &cmd, issue_flags).map(|()| 0)
+        cmd: IoUringCmd<'a, MiscCmdFile<Self>>,
+        issue_flags: IssueFlags<'a>,
+    ) -> Result<Issued<'a>> {
+        handle(&ctl, &cmd, issue_flags).map(|()| Issued::Done(0))
     }
 }
 
@@ -107,7 +113,11 @@ fn user_buf(addr: u64, len: usize) -> Result<UserSlice> {
     Ok(UserSlice::new(UserPtr::from_addr(addr), len))
 }
 
-fn handle(ctl: &Control, cmd: &IoUringCmd<'_>, issue_flags: IssueFlags<'_>) -> Result {
+fn handle(
+    ctl: &Control,
+    cmd: &IoUringCmd<'_, MiscCmdFile<ControlFile>>,
+    issue_flags: IssueFlags<'_>,
+) -> Result {
     let op = cmd.cmd_op();
 
     if may_sleep(op) && issue_flags.is_nonblock() {
@@ -147,13 +157,7 @@ fn handle(ctl: &Control, cmd: &IoUringCmd<'_>, issue_flags: IssueFlags<'_>) -> R
             dev.wait_released()
         }
         uapi::CMD_DEL_DEV_ASYNC => del_dev(ctl, &dev),
-        uapi::CMD_START_DEV => {
-            dev.start(header.data as i32)?;
-            // The partition table is read once the server knows the device is started.
-            let scan = dev.clone();
-            workqueue::system().try_spawn(GFP_KERNEL, move || scan.scan_partitions())?;
-            Ok(())
-        }
+        uapi::CMD_START_DEV => UblkDevice::start(&dev, header.data as i32),
         // Commands of features that no device of this driver has: what the C driver answers for
         // a device without the feature.
         uapi::CMD_START_USER_RECOVERY | uapi::CMD_END_USER_RECOVERY => Err(EINVAL),
@@ -320,7 +324,7 @@ fn copy_dev_info(dev: &UblkDevice, addr: u64, len: u16) -> Result {
     if usize::from(len) < uapi::DEV_INFO_SIZE || addr == 0 {
         return Err(EINVAL);
     }
-    let info = dev.state.lock().info;
+    let info = dev.state.lock().info();
     user_buf(addr, uapi::DEV_INFO_SIZE)?
         .writer()
         .write_slice(&info.to_bytes())
@@ -416,7 +420,7 @@ fn set_params(dev: &UblkDevice, header: &CtrlCmd) -> Result {
         .reader()
         .read_slice(&mut bytes[..len]);
     let mut state = dev.state.lock();
-    if state.disk.is_some() {
+    if state.disk().is_some() {
         return Err(EACCES);
     }
     if let Err(e) = read {

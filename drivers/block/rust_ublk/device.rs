@@ -11,29 +11,92 @@ use crate::{
 };
 use kernel::{
     block::mq::{gen_disk::GenDisk, TagSet},
+    mm::Mm,
     new_condvar, new_mutex, new_spinlock,
     prelude::*,
-    sync::{Arc, CondVar, Mutex, SpinLock},
+    sync::{aref::ARef, Arc, CondVar, Mutex, SpinLock},
     task::Pid,
+    workqueue::{self, impl_has_work, new_work, Work, WorkItem},
 };
 
-/// The state of a device that commands change.
+/// Where a device is in its life.
+///
+/// ```text
+///              UBLK_U_CMD_START_DEV
+///   Added ------------------------------> Live(disk)
+///                                          |
+///                                          | UBLK_U_CMD_STOP_DEV, UBLK_U_CMD_DEL_DEV,
+///                                          | the server closes /dev/ublkcN
+///              UBLK_U_CMD_START_DEV        v
+///   (a server fetched all io slots) <--- Stopped
+/// ```
+///
+/// `UBLK_U_CMD_GET_DEV_INFO` reports `Live` as `UBLK_S_DEV_LIVE`, the others as
+/// `UBLK_S_DEV_DEAD`, as the C driver does for devices without user recovery.
+pub(crate) enum Lifecycle {
+    /// Added, never started.
+    Added,
+    /// Started: the disk, `/dev/ublkbN`, exists.
+    ///
+    /// The partition scan that follows `UBLK_U_CMD_START_DEV` holds a reference to the disk
+    /// while it runs; stopping the device cancels or waits for it.
+    Live(Arc<GenDisk<UblkQueue>>),
+    /// Stopped: the disk is gone. A server that fetched every io slot may start it again.
+    Stopped,
+}
+
+/// Whether a server has `/dev/ublkcN` open (it has a single opener).
+pub(crate) enum Server {
+    /// No process has `/dev/ublkcN` open.
+    Detached,
+    /// The process `tgid` has `/dev/ublkcN` open and fetched `nr_fetched` io slots; the device
+    /// can start once it fetched all, and `UBLK_U_CMD_START_DEV` must name `tgid`.
+    Attached {
+        /// The thread group of the server.
+        tgid: Pid,
+        /// How many io slots it fetched.
+        nr_fetched: u32,
+    },
+}
+
+/// The state of a device that commands change, under [`UblkDevice::state`].
 pub(crate) struct DeviceState {
-    /// What `UBLK_U_CMD_GET_DEV_INFO` reports.
+    /// What `UBLK_U_CMD_GET_DEV_INFO` reports, but for its `state`, which `life` gives.
     pub(crate) info: DevInfo,
     /// The parameters set with `UBLK_U_CMD_SET_PARAMS`.
     pub(crate) params: Params,
-    /// Whether `/dev/ublkcN` is open. It has a single opener, the ublk server.
-    pub(crate) char_open: bool,
-    /// How many io slots the server fetched; the device can start once it fetched all.
-    pub(crate) nr_fetched: u32,
-    /// The disk, `/dev/ublkbN`, while the device is started.
-    ///
-    /// The partition scan that follows `UBLK_U_CMD_START_DEV` holds a reference too; the disk is
-    /// deleted when the last one goes.
-    pub(crate) disk: Option<Arc<GenDisk<UblkQueue>>>,
-    /// The process that has `/dev/ublkcN` open: the server, which `UBLK_U_CMD_START_DEV` names.
-    pub(crate) server_tgid: Option<Pid>,
+    /// Where the device is in its life.
+    pub(crate) life: Lifecycle,
+    /// Who serves the device.
+    pub(crate) server: Server,
+}
+
+impl DeviceState {
+    /// Returns the disk, if the device is live.
+    pub(crate) fn disk(&self) -> Option<&Arc<GenDisk<UblkQueue>>> {
+        match &self.life {
+            Lifecycle::Live(disk) => Some(disk),
+            Lifecycle::Added | Lifecycle::Stopped => None,
+        }
+    }
+
+    /// Returns the device information, with its state.
+    pub(crate) fn info(&self) -> DevInfo {
+        let mut info = self.info;
+        info.state = match self.life {
+            Lifecycle::Live(_) => uapi::S_DEV_LIVE,
+            Lifecycle::Added | Lifecycle::Stopped => uapi::S_DEV_DEAD,
+        };
+        info
+    }
+
+    /// Returns how many io slots the server fetched.
+    pub(crate) fn nr_fetched(&self) -> u32 {
+        match self.server {
+            Server::Attached { nr_fetched, .. } => nr_fetched,
+            Server::Detached => 0,
+        }
+    }
 }
 
 /// A ublk device.
@@ -49,13 +112,16 @@ pub(crate) struct UblkDevice {
     #[pin]
     pub(crate) state: Mutex<DeviceState>,
     /// The address space that mapped the io descriptors first; the only one that may map them.
-    /// Only compared, never dereferenced. Not part of `state`: `mmap` holds the mmap lock, which
-    /// faults on user memory take, and the device lock is held across such copies.
+    /// Not part of `state`: `mmap` holds the mmap lock, which faults on user memory take, and the
+    /// device lock is held across such copies.
     #[pin]
-    pub(crate) server_mm: SpinLock<Option<usize>>,
+    pub(crate) server_mm: SpinLock<Option<ARef<Mm>>>,
     /// Signalled when the server fetched all io slots, and when it closed `/dev/ublkcN`.
     #[pin]
     pub(crate) ready: CondVar,
+    /// Reads the partition table once the device is started.
+    #[pin]
+    scan_work: Work<UblkDevice>,
     /// The tag set of the device's disk.
     pub(crate) tag_set: Arc<TagSet<UblkQueue>>,
     /// The queues, with their io slots.
@@ -79,13 +145,12 @@ impl UblkDevice {
                 state <- new_mutex!(DeviceState {
                     info,
                     params: Params::new(),
-                    char_open: false,
-                    nr_fetched: 0,
-                    disk: None,
-                    server_tgid: None,
+                    life: Lifecycle::Added,
+                    server: Server::Detached,
                 }),
                 server_mm <- new_spinlock!(None),
                 ready <- new_condvar!(),
+                scan_work <- new_work!("UblkDevice::scan_work"),
                 tag_set,
                 queues,
             }),
@@ -103,34 +168,37 @@ impl UblkDevice {
         u32::from(self.nr_queues()) * u32::from(self.depth)
     }
 
-    /// `UBLK_U_CMD_START_DEV`: waits until the server fetched every io slot, then adds the disk.
-    pub(crate) fn start(&self, pid: i32) -> Result {
+    /// `UBLK_U_CMD_START_DEV`: waits until the server fetched every io slot, then adds the disk
+    /// and queues the scan of its partition table, which the server serves once it learns that
+    /// the device is started.
+    pub(crate) fn start(this: &Arc<Self>, pid: i32) -> Result {
         if pid <= 0 {
             return Err(EINVAL);
         }
-        let mut state = self.state.lock();
+        let mut state = this.state.lock();
         if state.params.types() & params::TYPE_BASIC == 0 {
             return Err(EINVAL);
         }
-        while state.nr_fetched < self.nr_ios() {
-            if self.ready.wait_interruptible(&mut state) {
+        while state.nr_fetched() < this.nr_ios() {
+            if this.ready.wait_interruptible(&mut state) {
                 return Err(EINTR);
             }
         }
-        if state.server_tgid != Some(pid) {
+        if !matches!(state.server, Server::Attached { tgid, .. } if tgid == pid) {
             return Err(EINVAL);
         }
-        if state.disk.is_some() {
+        if state.disk().is_some() {
             return Err(EEXIST);
         }
         let disk = state.params.disk_builder()?.build(
-            fmt!("ublkb{}", self.id),
-            self.tag_set.clone(),
-            self.queues.clone(),
+            fmt!("ublkb{}", this.id),
+            this.tag_set.clone(),
+            this.queues.clone(),
         )?;
-        state.disk = Some(Arc::new(disk, GFP_KERNEL)?);
-        state.info.state = uapi::S_DEV_LIVE;
+        state.life = Lifecycle::Live(Arc::new(disk, GFP_KERNEL)?);
         state.info.ublksrv_pid = pid;
+        // Already queued means a scan is pending, which reads the new disk.
+        let _ = workqueue::system().enqueue(this.clone());
         Ok(())
     }
 
@@ -141,7 +209,7 @@ impl UblkDevice {
     /// device for long.
     pub(crate) fn scan_partitions(&self) {
         // Not under the lock: the scan waits for the server, and other commands must not.
-        let disk = self.state.lock().disk.clone();
+        let disk = self.state.lock().disk().cloned();
         if let Some(disk) = disk {
             if let Err(e) = disk.scan_partitions() {
                 pr_info!("ublkb{}: partition scan failed: {:?}\n", self.id, e);
@@ -154,23 +222,33 @@ impl UblkDevice {
     /// Requests in flight when the disk goes away are still served; later server commands
     /// complete with `UBLK_IO_RES_ABORT`.
     pub(crate) fn stop(&self) {
+        // Not under the device lock, which the scan takes. The scan's I/O is served by the server,
+        // or fails if it is gone.
+        self.cancel_scan();
         let mut state = self.state.lock();
-        // Dropping the disk deletes it, which waits for the requests in flight; if the partition
-        // scan still runs, the scan deletes it when it ends, which the abort below hastens.
-        drop(state.disk.take());
-        state.info.state = uapi::S_DEV_DEAD;
+        let life = match state.life {
+            Lifecycle::Added => Lifecycle::Added,
+            Lifecycle::Live(_) | Lifecycle::Stopped => Lifecycle::Stopped,
+        };
+        // Dropping the disk deletes it, which waits for the requests in flight.
+        drop(core::mem::replace(&mut state.life, life));
         io::stop_all(self);
+    }
+
+    /// Cancels the partition scan, or waits for it to end if it runs.
+    pub(crate) fn cancel_scan(&self) {
+        Work::<Self, 0>::cancel_sync(self);
     }
 
     /// Returns whether the device is started, with a disk.
     pub(crate) fn is_started(&self) -> bool {
-        self.state.lock().disk.is_some()
+        self.state.lock().disk().is_some()
     }
 
     /// Waits until the server closed `/dev/ublkcN`.
     pub(crate) fn wait_released(&self) -> Result {
         let mut state = self.state.lock();
-        while state.char_open {
+        while matches!(state.server, Server::Attached { .. }) {
             if self.ready.wait_interruptible(&mut state) {
                 return Err(EINTR);
             }
@@ -180,11 +258,18 @@ impl UblkDevice {
 
     /// Returns the device numbers of the disk, `0:0` if the device is not started.
     pub(crate) fn disk_devt(&self) -> (u32, u32) {
-        self.state
-            .lock()
-            .disk
-            .as_ref()
-            .map(|d| d.devt())
-            .unwrap_or((0, 0))
+        self.state.lock().disk().map(|d| d.devt()).unwrap_or((0, 0))
+    }
+}
+
+impl_has_work! {
+    impl HasWork<Self> for UblkDevice { self.scan_work }
+}
+
+impl WorkItem for UblkDevice {
+    type Pointer = Arc<UblkDevice>;
+
+    fn run(this: Arc<UblkDevice>) {
+        this.scan_partitions();
     }
 }

@@ -18,16 +18,18 @@
 //! request can end goes through it, errors and aborts included.
 
 use crate::{
-    device::UblkDevice,
-    queue::{Queue, Rq},
+    chardev::Cmd,
+    device::{Server, UblkDevice},
+    queue::{Queue, QueueState, Rq},
     uapi::{self, IoCmd, IoDesc},
 };
 use kernel::{
     block::{mq::Request, BlkStatus, ReqOp},
     current,
-    io_uring::{IoUringCmd, IoUringCmdCancel, IssueFlags, QueuedIoUringCmd},
+    io_uring::{IoUringCmdCancel, IssueFlags, Issued, QueuedIoUringCmd},
     prelude::*,
     sync::{aref::ARef, atomic::Relaxed, Arc},
+    task::Task,
     uaccess::{UserPtr, UserSlice},
 };
 
@@ -51,8 +53,7 @@ pub(crate) struct Io {
     /// The server's buffer for the data of the slot's requests.
     addr: u64,
     /// The server thread that fetched the slot, the only one that may send its other commands.
-    /// Only compared, never dereferenced.
-    task: Option<usize>,
+    task: Option<ARef<Task>>,
 }
 
 impl Io {
@@ -71,7 +72,7 @@ impl Io {
     /// Checks that the slot belongs to the calling server thread and holds a request, as the C
     /// driver does before it looks at a command other than a fetch.
     fn check_owner(&self) -> Result {
-        if self.task != Some(current_task()) {
+        if !self.task.as_deref().is_some_and(is_current) {
             return Err(EINVAL);
         }
         match self.state {
@@ -92,9 +93,9 @@ impl Io {
     }
 }
 
-/// Identifies the calling thread, as the C driver does, by its `task_struct`.
-fn current_task() -> usize {
-    current!().as_ptr() as usize
+/// Returns whether `task` is the calling thread.
+fn is_current(task: &Task) -> bool {
+    core::ptr::eq(task, &**current!())
 }
 
 /// The pdu of the driver's commands: the queue and the tag of their io slot.
@@ -137,17 +138,18 @@ fn describe(rq: &Rq, addr: u64) -> Option<IoDesc> {
 /// Hands `rq` to the server through the fetch command of its io slot (`ublk_queue_rq()`).
 pub(crate) fn dispatch(queue: &Arc<Queue>, rq: ARef<Rq>) {
     let tag = rq.tag() as usize;
-    let mut slots = queue.slots.lock();
-    if slots.dead {
-        drop(slots);
+    let mut guard = queue.slots.lock();
+    let slots = &mut *guard;
+    if slots.state != QueueState::Serving {
+        drop(guard);
         return finish(queue, rq, EIO.to_errno(), 0);
     }
     let Some(io) = slots.ios.get_mut(tag) else {
-        drop(slots);
+        drop(guard);
         return finish(queue, rq, EIO.to_errno(), 0);
     };
     let Some(desc) = describe(&rq, io.addr) else {
-        drop(slots);
+        drop(guard);
         return finish(queue, rq, EOPNOTSUPP.to_errno(), 0);
     };
     let cmd = match io.take() {
@@ -155,14 +157,19 @@ pub(crate) fn dispatch(queue: &Arc<Queue>, rq: ARef<Rq>) {
         other => {
             // No command to hand the request over with: the server is going away.
             io.state = other;
-            drop(slots);
+            drop(guard);
             return finish(queue, rq, EIO.to_errno(), 0);
         }
     };
     // CAST: `tag` is an index of `ios`, whose length is a `u16`.
-    queue.descs.write(tag as u16, &desc);
+    if slots.descs.write(tag as u16, &desc).is_err() {
+        // There is a descriptor for every io slot, so this does not happen.
+        io.state = IoState::Fetched(cmd);
+        drop(guard);
+        return finish(queue, rq, EIO.to_errno(), 0);
+    }
     io.state = IoState::Serving(rq);
-    drop(slots);
+    drop(guard);
 
     cmd.complete_in_task_with(queue.clone(), deliver);
 }
@@ -191,8 +198,9 @@ fn deliver(cmd: QueuedIoUringCmd, queue: Arc<Queue>, issue_flags: IssueFlags<'_>
     let mut ok = !issue_flags.is_task_work_canceled();
     if ok && rq.op() == ReqOp::Write {
         let len = rq.nr_bytes() as usize;
-        let mut writer = UserSlice::new(UserPtr::from_addr(addr as usize), len).writer();
-        ok = matches!(rq.copy_to_user(&mut writer), Ok(n) if n == len);
+        let copied = UserSlice::new(UserPtr::from_addr(addr as usize), len)
+            .with_iov_dest(|dest| rq.copy_to_iter(0, dest));
+        ok = matches!(copied, Ok(Ok(n)) if n == len);
     }
     drop(rq);
 
@@ -274,12 +282,12 @@ pub(crate) fn check_owner(dev: &UblkDevice, io_cmd: &IoCmd) -> Result {
 }
 
 /// `UBLK_U_IO_FETCH_REQ`: the server offers an io slot for the first time.
-pub(crate) fn fetch(
+pub(crate) fn fetch<'a>(
     dev: &UblkDevice,
-    mut cmd: IoUringCmd<'_>,
-    issue_flags: IssueFlags<'_>,
+    mut cmd: Cmd<'a>,
+    issue_flags: IssueFlags<'a>,
     io_cmd: &IoCmd,
-) -> Result<i32> {
+) -> Result<Issued<'a>> {
     let queue = slot_of(dev, io_cmd)?;
     let tag = usize::from(io_cmd.tag);
 
@@ -292,12 +300,15 @@ pub(crate) fn fetch(
     let mut state = dev.state.lock();
     {
         let slots = queue.slots.lock();
-        if slots.stopping {
+        if slots.state == QueueState::Stopping {
             return Err(RES_ABORT);
         }
         // Fetching is over once every io slot was fetched.
-        if state.nr_fetched == dev.nr_ios() {
-            return Err(EBUSY);
+        match state.server {
+            Server::Attached { nr_fetched, .. } if nr_fetched == dev.nr_ios() => return Err(EBUSY),
+            Server::Attached { .. } => {}
+            // A command keeps `/dev/ublkcN` open, so the server is attached.
+            Server::Detached => return Err(EINVAL),
         }
         // Each io slot is fetched once.
         if !matches!(slots.ios[tag].state, IoState::Idle) {
@@ -305,31 +316,35 @@ pub(crate) fn fetch(
         }
     }
 
+    let task = ARef::from(&**current!());
     cmd.write_pdu(&pdu(io_cmd.q_id, io_cmd.tag));
-    let mut cmd = cmd.queue();
-    cmd.mark_cancelable(issue_flags);
-    {
+    let (cmd, queued) = cmd.queue_cancelable(issue_flags);
+    let old_task = {
         let mut slots = queue.slots.lock();
         let io = &mut slots.ios[tag];
         io.addr = io_cmd.addr;
-        io.task = Some(current_task());
         io.state = IoState::Fetched(cmd);
+        io.task.replace(task)
+    };
+    if let Server::Attached { nr_fetched, .. } = &mut state.server {
+        *nr_fetched += 1;
     }
-    state.nr_fetched += 1;
-    if state.nr_fetched == dev.nr_ios() {
+    if state.nr_fetched() == dev.nr_ios() {
         dev.ready.notify_all();
     }
-    Err(EIOCBQUEUED)
+    drop(state);
+    drop(old_task);
+    Ok(queued.into())
 }
 
 /// `UBLK_U_IO_COMMIT_AND_FETCH_REQ`: the server reports the result of a request and offers the
 /// io slot again.
-pub(crate) fn commit_and_fetch(
+pub(crate) fn commit_and_fetch<'a>(
     dev: &UblkDevice,
-    mut cmd: IoUringCmd<'_>,
-    issue_flags: IssueFlags<'_>,
+    mut cmd: Cmd<'a>,
+    issue_flags: IssueFlags<'a>,
     io_cmd: &IoCmd,
-) -> Result<i32> {
+) -> Result<Issued<'a>> {
     let queue = slot_of(dev, io_cmd)?;
     let tag = usize::from(io_cmd.tag);
 
@@ -345,14 +360,19 @@ pub(crate) fn commit_and_fetch(
     };
 
     let (error, bytes) = if io_cmd.result < 0 {
-        (io_cmd.result, 0)
+        // Any negative value fails the request; one that is not an errno fails it with `EIO`.
+        let error = Error::try_from_errno(io_cmd.result).unwrap_or(EIO);
+        (error.to_errno(), 0)
     } else if rq.op() == ReqOp::Read {
         // CAST: `result` is not negative.
         let len = (io_cmd.result as u32).min(rq.nr_bytes());
-        let mut reader =
-            UserSlice::new(UserPtr::from_addr(io_cmd.addr as usize), len as usize).reader();
-        // A failed copy leaves what was copied before it; the read is short then.
-        let copied = rq.copy_from_user(&mut reader).unwrap_or(0) as u32;
+        // A fault ends the copy; what was copied before it makes a short read.
+        let copied = UserSlice::new(UserPtr::from_addr(io_cmd.addr as usize), len as usize)
+            .with_iov_source(|src| rq.copy_from_iter(0, src))
+            .and_then(|copied| copied)
+            .unwrap_or(0);
+        // CAST: `copied` is at most `len`, a `u32`.
+        let copied = copied as u32;
         if copied == 0 {
             (EIO.to_errno(), 0)
         } else {
@@ -364,11 +384,10 @@ pub(crate) fn commit_and_fetch(
 
     // Offer the slot again before the request ends, which may free its tag for the next request.
     cmd.write_pdu(&pdu(io_cmd.q_id, io_cmd.tag));
-    let mut fetch = cmd.queue();
-    fetch.mark_cancelable(issue_flags);
+    let (fetch, queued) = cmd.queue_cancelable(issue_flags);
     let aborted = {
         let mut slots = queue.slots.lock();
-        if slots.stopping {
+        if slots.state == QueueState::Stopping {
             Some(fetch)
         } else {
             let io = &mut slots.ios[tag];
@@ -381,7 +400,7 @@ pub(crate) fn commit_and_fetch(
     if let Some(fetch) = aborted {
         fetch.done(Err(RES_ABORT), issue_flags);
     }
-    Err(EIOCBQUEUED)
+    Ok(queued.into())
 }
 
 /// io_uring cancels a command of the server: its ring is torn down or its task exits.
@@ -395,7 +414,7 @@ pub(crate) fn cancel(dev: &UblkDevice, cmd: IoUringCmdCancel<'_>, issue_flags: I
     };
     let fetch = {
         let mut slots = queue.slots.lock();
-        slots.dead = true;
+        slots.state.fail_requests();
         let Some(io) = slots.ios.get_mut(pdu_tag(pdu)) else {
             return;
         };
@@ -413,7 +432,7 @@ pub(crate) fn cancel(dev: &UblkDevice, cmd: IoUringCmdCancel<'_>, issue_flags: I
 /// The server closed `/dev/ublkcN`: the requests it was serving fail, and later ones too.
 pub(crate) fn abort_all(dev: &UblkDevice) {
     for queue in dev.queues.iter() {
-        queue.slots.lock().dead = true;
+        queue.slots.lock().state.fail_requests();
         for tag in 0..usize::from(dev.depth) {
             let state = queue.slots.lock().ios[tag].take_serving();
             if let Some(rq) = state {
@@ -426,11 +445,14 @@ pub(crate) fn abort_all(dev: &UblkDevice) {
 /// The server is gone: a new server may fetch the io slots again.
 pub(crate) fn reset_all(dev: &UblkDevice) {
     for queue in dev.queues.iter() {
-        let mut slots = queue.slots.lock();
-        slots.stopping = false;
-        slots.dead = false;
-        for io in slots.ios.iter_mut() {
-            io.task = None;
+        {
+            let mut slots = queue.slots.lock();
+            slots.state = QueueState::Serving;
+        }
+        for tag in 0..usize::from(dev.depth) {
+            // The task reference is not put under the lock.
+            let task = queue.slots.lock().ios[tag].task.take();
+            drop(task);
         }
     }
 }
@@ -440,8 +462,7 @@ pub(crate) fn reset_all(dev: &UblkDevice) {
 pub(crate) fn stop_all(dev: &UblkDevice) {
     for queue in dev.queues.iter() {
         let mut slots = queue.slots.lock();
-        slots.stopping = true;
-        slots.dead = true;
+        slots.state = QueueState::Stopping;
         for io in slots.ios.iter_mut() {
             match io.take() {
                 IoState::Fetched(cmd) => {

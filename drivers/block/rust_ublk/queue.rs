@@ -9,7 +9,7 @@
 
 use crate::{
     io::{self, Io},
-    iodesc::IoDescs,
+    iodesc::{DescPages, IoDescs},
 };
 use kernel::{
     block::mq::{
@@ -44,11 +44,44 @@ pub(crate) fn new_tag_set(nr_queues: u16, depth: u16) -> impl PinInit<TagSet<Ubl
 pub(crate) struct Slots {
     /// One io slot per tag.
     pub(crate) ios: KVec<Io>,
-    /// The server is gone: requests fail instead of waiting for it.
-    pub(crate) dead: bool,
-    /// The device is being stopped: commands that the server sends are completed at once with
-    /// `UBLK_IO_RES_ABORT` instead of waiting for requests.
-    pub(crate) stopping: bool,
+    /// The writer of the io descriptors of the io slots.
+    pub(crate) descs: IoDescs,
+    /// Whether the queue is served.
+    pub(crate) state: QueueState,
+}
+
+/// Whether a queue is served.
+///
+/// ```text
+///          io_uring cancels a command of the server,
+///          or the server closes /dev/ublkcN
+///   Serving --------------------------------------> Dead
+///      |                                              |
+///      | UBLK_U_CMD_STOP_DEV, UBLK_U_CMD_DEL_DEV      | UBLK_U_CMD_STOP_DEV, UBLK_U_CMD_DEL_DEV
+///      v                                              v
+///   Stopping <----------------------------------------+
+/// ```
+///
+/// `Dead` and `Stopping` go back to `Serving` when the server closes `/dev/ublkcN`, once its
+/// requests failed: a new server may then fetch the io slots.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum QueueState {
+    /// Requests go to the server.
+    Serving,
+    /// The server is going away: requests fail instead of waiting for it.
+    Dead,
+    /// The device is stopped: requests fail, and the commands that the server sends complete at
+    /// once with `UBLK_IO_RES_ABORT` instead of waiting for requests, so that it exits.
+    Stopping,
+}
+
+impl QueueState {
+    /// The server is going away: requests fail from now on.
+    pub(crate) fn fail_requests(&mut self) {
+        if *self == QueueState::Serving {
+            *self = QueueState::Dead;
+        }
+    }
 }
 
 /// A ublk queue: a hardware queue of the disk, served by the server's io_uring commands.
@@ -59,8 +92,8 @@ pub(crate) struct Queue {
     /// Whether requests complete through `blk_mq_complete_request_remote()`, on the CPU that
     /// `rq_affinity` picks (`UBLK_F_SUPPORT_RQ_AFFINITY`).
     pub(crate) rq_affinity: bool,
-    /// The io descriptors that the server maps.
-    pub(crate) descs: IoDescs,
+    /// The io descriptors, as the server maps them.
+    pub(crate) desc_pages: Arc<DescPages>,
     /// The io slots.
     #[pin]
     pub(crate) slots: SpinLock<Slots>,
@@ -72,15 +105,16 @@ impl Queue {
         for _ in 0..depth {
             ios.push(Io::new(), GFP_KERNEL)?;
         }
+        let descs = IoDescs::new(depth)?;
         Arc::pin_init(
             try_pin_init!(Self {
                 q_id,
                 rq_affinity,
-                descs: IoDescs::new(depth)?,
+                desc_pages: descs.pages().clone(),
                 slots <- new_spinlock!(Slots {
                     ios,
-                    dead: false,
-                    stopping: false,
+                    descs,
+                    state: QueueState::Serving,
                 }),
             }),
             GFP_KERNEL,

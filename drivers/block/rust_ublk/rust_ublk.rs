@@ -15,6 +15,35 @@
 //! `/dev/ublkcN` is a misc device named `ublkcN` rather than a character device of a region of
 //! its own: user space only opens it by name and reads its device number from
 //! `UBLK_PARAM_TYPE_DEVT`, so the difference is not visible to ublk servers.
+//!
+//! # State
+//!
+//! - A device ([`device::UblkDevice`]) has a [`device::Lifecycle`] (added, live with a disk,
+//!   stopped) and a [`device::Server`] (detached, or attached with the count of fetched io slots),
+//!   both under the device lock.
+//! - Each queue ([`queue::Queue`]) has a [`queue::QueueState`] (serving, dead, stopping) and its
+//!   io slots ([`io`]), each of which is idle, holds the server's fetch command, or serves a
+//!   request, under the queue's slots lock.
+//!
+//! # Locks
+//!
+//! From outermost to innermost; a lock is only taken while holding the ones above it:
+//!
+//! 1. `Control::devices` (mutex): the table of devices. Not held while a device lock is taken.
+//! 2. The ring lock of the server's io_uring (`uring_lock`): held by io_uring when it issues a
+//!    command inline. Io commands that io_uring issues from its workers, without it, are issued
+//!    again from task work of the server thread, with it ([`chardev`]), so that taking the device
+//!    lock under it is the only order.
+//! 3. `UblkDevice::state` (mutex): lifecycle, server, parameters. Taken by control commands,
+//!    `open`/`release` of `/dev/ublkcN` and `UBLK_U_IO_FETCH_REQ`. Not held across copies from
+//!    or to user memory, so that it stays independent of the mmap lock, nor while waiting for
+//!    the partition scan, which takes it.
+//! 4. `UblkDevice::server_mm` (spinlock): the address space of the server. Taken by `mmap`, under
+//!    the mmap lock.
+//! 5. `Queue::slots` (spinlock): the queue state, the io slots and the writer of the io
+//!    descriptors. Taken by blk-mq's `queue_rq` (any context), by the server's io commands and
+//!    their task work, and by cancellation. Innermost: commands are completed, requests ended
+//!    and task references put after it is dropped.
 
 use kernel::{
     miscdevice::{

@@ -1,0 +1,181 @@
+//! The measurements of the C series' cover letter (scheduler default,
+//! rq_affinity, START_DEV time), printed as a markdown table.
+
+use anyhow::{bail, Result};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use super::samples::{kiops, Samples};
+use super::stats::{median, percentile};
+use super::{BenchOpts, Env};
+use crate::guest::job::Driver;
+use crate::kbuild::Outputs;
+use crate::layout::Layout;
+use crate::pipeline::KernelOpts;
+use crate::progress::{detail, phase};
+
+const DEFAULT_ROUNDS: u32 = 3;
+
+pub fn run(env: &Env, opts: &BenchOpts) -> Result<()> {
+    let rounds = opts.rounds.unwrap_or(DEFAULT_ROUNDS);
+    // The START_DEV section needs the unpatched module; the boot starts
+    // with the patched ublk_drv loaded.
+    let base = base_module(&env.layout, &env.kernel, &opts.kernel)?;
+    let sections = "sched affinity start";
+    let vars = vec![
+        ("SECTIONS".to_string(), sections.to_string()),
+        ("BASE_MODULE".to_string(), base.display().to_string()),
+        ("FLAG_OPT".to_string(), opts.flag_option.clone()),
+        ("ROUNDS".to_string(), rounds.to_string()),
+        ("RUNTIME".to_string(), opts.runtime.to_string()),
+        ("NDEV".to_string(), opts.devices.to_string()),
+    ];
+    phase(format!(
+        "benchmark boot ({sections}; {rounds} rounds, {}s per fio run)",
+        opts.runtime
+    ));
+    let job = super::boot(env, Driver::C, vars, Duration::from_secs(3 * 3600), |l| {
+        detail(l)
+    })?;
+    let samples = super::read_samples(&job)?;
+    println!(
+        "Measured with `cargo xtask bench` in one boot: QEMU {}, 2 vCPUs; ublk null target, 1 queue, depth 128.",
+        env.accel
+    );
+    println!();
+    print!("{}", table(&samples));
+    println!();
+    println!("raw samples: {}", job.dir.join("bench.csv").display());
+    Ok(())
+}
+
+/// Builds ublk_drv.ko from the pristine `base` source against the built
+/// kernel, as the "unpatched" side of the START_DEV comparison.
+fn base_module(layout: &Layout, kernel: &Outputs, opts: &KernelOpts) -> Result<PathBuf> {
+    let dir = layout.userland().join("ublk-base");
+    std::fs::create_dir_all(&dir)?;
+    let src = Command::new("git")
+        .current_dir(layout.tree())
+        .args(["show", "base:drivers/block/ublk_drv.c"])
+        .output()?;
+    if !src.status.success() {
+        bail!("cannot read drivers/block/ublk_drv.c at base");
+    }
+    let c = dir.join("ublk_drv.c");
+    if std::fs::read(&c).ok().as_deref() != Some(&src.stdout[..]) {
+        std::fs::write(&c, &src.stdout)?;
+    }
+    std::fs::write(dir.join("Makefile"), "obj-m := ublk_drv.o\n")?;
+    phase("building the unpatched 7.3.4 ublk_drv.ko (external module)");
+    let out = Command::new("make")
+        .current_dir(&kernel.out)
+        .arg(format!("M={}", dir.display()))
+        .arg(format!("LLVM={}", opts.llvm))
+        .arg("modules")
+        .env("LIBCLANG_PATH", crate::prereq::LIBCLANG_PATH)
+        .output()?;
+    if !out.status.success() {
+        eprintln!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        bail!("building the unpatched ublk_drv.ko failed");
+    }
+    Ok(dir.join("ublk_drv.ko"))
+}
+
+/// Median over rounds of a per-round single value (IOPS).
+fn round_median(rounds: &BTreeMap<u32, Vec<f64>>) -> (f64, usize) {
+    let mut per: Vec<f64> = rounds.values().filter_map(|v| v.first().copied()).collect();
+    let n = per.len();
+    (median(&mut per), n)
+}
+
+pub fn table(s: &Samples) -> String {
+    let mut out = String::new();
+    let get = |sec: &str, cfg: &str| s.get(sec).and_then(|m| m.get(cfg));
+    out += "| scheduler (fio 4k randread, iodepth 16) | mq-deadline | none | none/mq-deadline |\n|---|---|---|---|\n";
+    for devs in ["1dev", "4dev"] {
+        if let (Some(a), Some(b)) = (
+            get("sched", &format!("mq-deadline/{devs}")),
+            get("sched", &format!("none/{devs}")),
+        ) {
+            let ((ma, n), (mb, _)) = (round_median(a), round_median(b));
+            out += &format!(
+                "| {} device(s), median of {n} | {} | {} | {:.2}x |\n",
+                &devs[..1],
+                kiops(ma),
+                kiops(mb),
+                mb / ma
+            );
+        }
+    }
+    out += "\n| rq_affinity (fio on CPU 0, server on CPU 1) | without flag | with UBLK_F_SUPPORT_RQ_AFFINITY | with/without |\n|---|---|---|---|\n";
+    for qd in [16, 96] {
+        for rqa in 0..3 {
+            let cfg = |f: &str| format!("qd{qd}/rqa{rqa}/{f}");
+            if let (Some(a), Some(b)) = (
+                get("affinity", &cfg("without")),
+                get("affinity", &cfg("with")),
+            ) {
+                let ((ma, n), (mb, _)) = (round_median(a), round_median(b));
+                out += &format!(
+                    "| iodepth {qd}, rq_affinity={rqa}, median of {n} | {} | {} | {:.2}x |\n",
+                    kiops(ma),
+                    kiops(mb),
+                    mb / ma
+                );
+            }
+        }
+    }
+    out += "\n| device start, per device (ms) | p50 | p99 | samples |\n|---|---|---|---|\n";
+    for label in ["unpatched", "patched"] {
+        for what in ["add_disk-ms", "kublk-add-ms"] {
+            if let Some(r) = get("start", &format!("{label}/{what}")) {
+                let mut all: Vec<f64> = r.values().flatten().copied().collect();
+                let n = all.len();
+                let (p50, p99) = (percentile(&mut all, 50.0), percentile(&mut all, 99.0));
+                let name = match (label, what) {
+                    ("unpatched", "add_disk-ms") => {
+                        "7.3.4 (mq-deadline default): device_add_disk() in START_DEV"
+                    }
+                    ("unpatched", _) => "7.3.4 (mq-deadline default): whole `kublk add`",
+                    (_, "add_disk-ms") => "patched (none default): device_add_disk() in START_DEV",
+                    _ => "patched (none default): whole `kublk add`",
+                };
+                out += &format!("| {name} | {p50:.2} | {p99:.2} | {n} |\n");
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::samples::parse_csv;
+    use super::*;
+
+    #[test]
+    fn table_from_csv() {
+        let csv = "sched,mq-deadline/1dev,1,18000\nsched,none/1dev,1,72000\nsched,mq-deadline/1dev,2,19000\nsched,none/1dev,2,70000\n\
+                   affinity,qd16/rqa2/without,1,50000\naffinity,qd16/rqa2/with,1,45000\n\
+                   start,patched/add_disk-ms,1,0.5\nstart,patched/add_disk-ms,1,0.7\n";
+        let t = table(&parse_csv(csv));
+        assert!(
+            t.contains("| 1 device(s), median of 2 | 18.5K | 71.0K | 3.84x |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| iodepth 16, rq_affinity=2, median of 1 | 50.0K | 45.0K | 0.90x |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("patched (none default): device_add_disk() in START_DEV | 0.60 |")
+                || t.contains("| 0.70 | 0.70 | 2 |"),
+            "{t}"
+        );
+    }
+}

@@ -1,0 +1,305 @@
+//! `--rust-vs-c`: the Rust driver's IOPS against the C driver's, fio 4k
+//! randread on kublk's null target at each iodepth of the plan, C and Rust
+//! alternating round by round in one boot. Prints per iodepth each round's
+//! IOPS, the median Rust/C ratio and the spread of the per-round ratios,
+//! then a summary over the iodepths.
+
+use anyhow::{bail, Result};
+use std::time::Instant;
+
+use super::plan::{self, Plan};
+use super::samples::{first, kiops, Samples};
+use super::stats::{median, spread};
+use super::{BenchOpts, Env};
+use crate::guest::job::Driver;
+use crate::progress::{detail, fmt_duration, phase};
+
+const DEFAULT_ROUNDS: u32 = 5;
+
+pub fn run(env: &Env, opts: &BenchOpts) -> Result<()> {
+    let plan = Plan::new(
+        &opts.iodepth,
+        opts.rounds.unwrap_or(DEFAULT_ROUNDS),
+        opts.runtime,
+    )?;
+    let qds: Vec<String> = plan.iodepths.iter().map(u32::to_string).collect();
+    phase(format!(
+        "benchmark boot (Rust vs C; iodepth {}; {} rounds each, {}s per fio run): about {} in all (estimate)",
+        qds.join(", "),
+        plan.rounds,
+        plan.runtime,
+        fmt_duration(plan.estimate(&env.accel))
+    ));
+    // Booted with no driver: bench.sh loads each one for its own run.
+    // Time left after each round: from the first `bench:` line (bench.sh
+    // starting, after the boot).
+    let mut bench_start: Option<Instant> = None;
+    let job = super::boot(
+        env,
+        Driver::None,
+        plan.guest_vars(),
+        plan.limit(&env.accel),
+        |l| {
+            let start = *bench_start.get_or_insert_with(Instant::now);
+            match plan::time_left(l, start.elapsed()) {
+                Some(left) if !left.is_zero() => {
+                    detail(format!("{l} (about {} left)", fmt_duration(left)))
+                }
+                _ => detail(l),
+            }
+        },
+    )?;
+    let samples = super::read_samples(&job)?;
+    let failures = parse_failures(
+        &std::fs::read_to_string(job.dir.join("bench-failures.txt")).unwrap_or_default(),
+    );
+    println!(
+        "Measured with `cargo xtask bench --rust-vs-c` in one boot: QEMU {}, 2 vCPUs; kublk null target, 1 queue, depth 128; fio 4k randread, io_uring, direct, {}s per run; C and Rust driver alternating, each loaded only for its run.",
+        env.accel, plan.runtime
+    );
+    for &qd in &plan.iodepths {
+        println!();
+        print!("{}", iodepth_table(&samples, &failures, qd, plan.rounds));
+    }
+    println!();
+    print!("{}", summary(&samples, &plan));
+    println!();
+    println!("raw samples: {}", job.dir.join("bench.csv").display());
+    if !failures.is_empty() {
+        for f in &failures {
+            eprintln!(
+                "bench: the {} driver failed at iodepth {}, round {}: {}",
+                f.driver, f.iodepth, f.round, f.reason
+            );
+        }
+        bail!(
+            "a driver failed to serve I/O (no ratio for it); console and logs: {}",
+            job.dir.display()
+        );
+    }
+    if job.status().as_deref() != Some("0") {
+        bail!(
+            "the benchmark guest ended with status {:?}; see {}",
+            job.status(),
+            job.dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// A driver that did not serve I/O in one run.
+#[derive(Debug, PartialEq)]
+pub struct Failure {
+    pub driver: String,
+    pub iodepth: u32,
+    pub round: u32,
+    pub reason: String,
+}
+
+/// Parses bench-failures.txt: `driver|iodepth|round|reason` lines.
+pub fn parse_failures(text: &str) -> Vec<Failure> {
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(4, '|');
+            Some(Failure {
+                driver: f.next()?.to_string(),
+                iodepth: f.next()?.parse().ok()?,
+                round: f.next()?.parse().ok()?,
+                reason: f.next()?.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// What one iodepth measured: IOPS per round of each driver and the
+/// per-round ratios (rounds where both drivers have a result).
+struct Depth {
+    c: Vec<f64>,
+    rust: Vec<f64>,
+    ratios: Vec<f64>,
+}
+
+fn depth(s: &Samples, qd: u32, rounds: u32) -> Depth {
+    let iops = |drv: &str, r: u32| first(s, "ratio", &format!("qd{qd}/{drv}"), r);
+    let mut d = Depth {
+        c: Vec::new(),
+        rust: Vec::new(),
+        ratios: Vec::new(),
+    };
+    for r in 1..=rounds {
+        let (c, rust) = (iops("c", r), iops("rust", r));
+        d.c.extend(c);
+        d.rust.extend(rust);
+        if let (Some(c), Some(rust)) = (c, rust) {
+            if c > 0.0 {
+                d.ratios.push(rust / c);
+            }
+        }
+    }
+    d
+}
+
+fn x(v: f64) -> String {
+    format!("{v:.2}x")
+}
+
+fn median_or_dash(v: &[f64], f: fn(f64) -> String) -> String {
+    if v.is_empty() {
+        "-".to_string()
+    } else {
+        f(median(&mut v.to_vec()))
+    }
+}
+
+fn spread_or_dash(v: &[f64]) -> String {
+    spread(v).map_or("-".to_string(), |(lo, hi)| format!("{}-{}", x(lo), x(hi)))
+}
+
+/// One iodepth: IOPS per round, the medians, the median of the per-round
+/// Rust/C ratios and their spread (smallest to largest).
+pub fn iodepth_table(s: &Samples, failures: &[Failure], qd: u32, rounds: u32) -> String {
+    let iops = |drv: &str, r: u32| first(s, "ratio", &format!("qd{qd}/{drv}"), r);
+    let cell = |drv: &str, r: u32| match iops(drv, r) {
+        Some(v) => kiops(v),
+        None => match failures.iter().find(|f| f.driver == drv) {
+            Some(f) if f.iodepth == qd && f.round == r => "failed".to_string(),
+            Some(_) => "not run (failed earlier)".to_string(),
+            None => "no result".to_string(),
+        },
+    };
+    let mut out = format!(
+        "| fio 4k randread, iodepth {qd}, null target | C (ublk_drv) | Rust (rust_ublk) | Rust/C |\n|---|---|---|---|\n"
+    );
+    for r in 1..=rounds {
+        let ratio = match (iops("c", r), iops("rust", r)) {
+            (Some(c), Some(rust)) if c > 0.0 => x(rust / c),
+            _ => "-".to_string(),
+        };
+        out += &format!(
+            "| round {r} | {} | {} | {ratio} |\n",
+            cell("c", r),
+            cell("rust", r)
+        );
+    }
+    let d = depth(s, qd, rounds);
+    out += &format!(
+        "| median ({} C, {} Rust, {} ratios) | {} | {} | {} |\n",
+        d.c.len(),
+        d.rust.len(),
+        d.ratios.len(),
+        median_or_dash(&d.c, kiops),
+        median_or_dash(&d.rust, kiops),
+        median_or_dash(&d.ratios, x),
+    );
+    out += &format!(
+        "| spread of the per-round ratios | | | {} |\n",
+        spread_or_dash(&d.ratios)
+    );
+    out
+}
+
+/// One line per iodepth: median IOPS of each driver, the median ratio and
+/// its spread.
+pub fn summary(s: &Samples, plan: &Plan) -> String {
+    let mut out = String::from(
+        "| iodepth | C median | Rust median | Rust/C median | Rust/C spread | rounds with both |\n|---|---|---|---|---|---|\n",
+    );
+    for &qd in &plan.iodepths {
+        let d = depth(s, qd, plan.rounds);
+        out += &format!(
+            "| {qd} | {} | {} | {} | {} | {} of {} |\n",
+            median_or_dash(&d.c, kiops),
+            median_or_dash(&d.rust, kiops),
+            median_or_dash(&d.ratios, x),
+            spread_or_dash(&d.ratios),
+            d.ratios.len(),
+            plan.rounds
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::samples::parse_csv;
+    use super::*;
+
+    const CSV: &str = "ratio,qd16/c,1,50000\nratio,qd16/rust,1,40000\n\
+                       ratio,qd16/c,2,52000\nratio,qd16/rust,2,39000\n\
+                       ratio,qd16/c,3,51000\nratio,qd16/rust,3,41000\n\
+                       ratio,qd1/c,1,10000\nratio,qd1/rust,1,12000\n\
+                       ratio,qd1/c,2,10000\nratio,qd1/rust,2,9000\n\
+                       ratio,qd1/c,3,10000\nratio,qd1/rust,3,10000\n";
+
+    #[test]
+    fn per_iodepth() {
+        let t = iodepth_table(&parse_csv(CSV), &[], 16, 3);
+        assert!(
+            t.contains("| fio 4k randread, iodepth 16, null target |"),
+            "{t}"
+        );
+        assert!(t.contains("| round 1 | 50.0K | 40.0K | 0.80x |"), "{t}");
+        assert!(
+            t.contains("| median (3 C, 3 Rust, 3 ratios) | 51.0K | 40.0K | 0.80x |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| spread of the per-round ratios | | | 0.75x-0.80x |"),
+            "{t}"
+        );
+        let t = iodepth_table(&parse_csv(CSV), &[], 1, 3);
+        assert!(
+            t.contains("| median (3 C, 3 Rust, 3 ratios) | 10.0K | 10.0K | 1.00x |"),
+            "{t}"
+        );
+        assert!(t.contains("| 0.90x-1.20x |"), "{t}");
+    }
+
+    #[test]
+    fn summary_over_iodepths() {
+        let plan = Plan::new(&[1, 16, 128], 3, 10).unwrap();
+        let t = summary(&parse_csv(CSV), &plan);
+        assert!(
+            t.contains("| 1 | 10.0K | 10.0K | 1.00x | 0.90x-1.20x | 3 of 3 |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| 16 | 51.0K | 40.0K | 0.80x | 0.75x-0.80x | 3 of 3 |"),
+            "{t}"
+        );
+        assert!(t.contains("| 128 | - | - | - | - | 0 of 3 |"), "{t}");
+    }
+
+    #[test]
+    fn with_a_failed_driver() {
+        let csv = "ratio,qd1/c,1,50000\nratio,qd1/rust,1,40000\nratio,qd1/c,2,52000\nratio,qd16/c,1,51000\n";
+        let failures = parse_failures("rust|1|2|kublk add -t null failed (see the console)\n");
+        assert_eq!(
+            failures,
+            [Failure {
+                driver: "rust".into(),
+                iodepth: 1,
+                round: 2,
+                reason: "kublk add -t null failed (see the console)".into(),
+            }]
+        );
+        let s = parse_csv(csv);
+        let t = iodepth_table(&s, &failures, 1, 2);
+        assert!(t.contains("| round 1 | 50.0K | 40.0K | 0.80x |"), "{t}");
+        assert!(t.contains("| round 2 | 52.0K | failed | - |"), "{t}");
+        assert!(
+            t.contains("| median (2 C, 1 Rust, 1 ratios) | 51.0K | 40.0K | 0.80x |"),
+            "{t}"
+        );
+        let t = iodepth_table(&s, &failures, 16, 1);
+        assert!(
+            t.contains("| round 1 | 51.0K | not run (failed earlier) | - |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| spread of the per-round ratios | | | - |"),
+            "{t}"
+        );
+        assert!(parse_failures("rust|x|1|why\nrust|1|why\n").is_empty());
+    }
+}

@@ -1,0 +1,51 @@
+//! The guest's samples: `bench.csv`, one `section,config,round,value` line
+//! per measurement.
+
+use std::collections::BTreeMap;
+
+/// section → config → round → values
+pub type Samples = BTreeMap<String, BTreeMap<String, BTreeMap<u32, Vec<f64>>>>;
+
+pub fn parse_csv(text: &str) -> Samples {
+    let mut s = Samples::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split(',').collect();
+        if f.len() != 4 {
+            continue;
+        }
+        let (Ok(round), Ok(v)) = (f[2].parse::<u32>(), f[3].trim().parse::<f64>()) else {
+            continue;
+        };
+        s.entry(f[0].into())
+            .or_default()
+            .entry(f[1].into())
+            .or_default()
+            .entry(round)
+            .or_default()
+            .push(v);
+    }
+    s
+}
+
+/// The first value of `section`/`config` in `round`.
+pub fn first(s: &Samples, section: &str, config: &str, round: u32) -> Option<f64> {
+    s.get(section)?.get(config)?.get(&round)?.first().copied()
+}
+
+/// IOPS in thousands: `17.9K`.
+pub fn kiops(v: f64) -> String {
+    format!("{:.1}K", v / 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv() {
+        let s = parse_csv("ratio,qd16/c,2,51000\nbad line\nratio,qd16/c,x,1\n");
+        assert_eq!(first(&s, "ratio", "qd16/c", 2), Some(51000.0));
+        assert_eq!(first(&s, "ratio", "qd16/c", 1), None);
+        assert_eq!(kiops(17890.0), "17.9K");
+    }
+}
