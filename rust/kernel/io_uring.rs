@@ -92,9 +92,10 @@
 //! ```
 //!
 //! Only commands of files that handle cancellation can be marked as cancelable: io_uring would
-//! wait forever for the others when the ring is torn down. This does not build:
+//! wait forever for the others when the ring is torn down. This does not build (the check is made
+//! when the handler is compiled to code, which kernel doctests do not do, hence `ignore`):
 //!
-//! ```compile_fail
+//! ```ignore,compile_fail
 //! use kernel::{
 //!     io_uring::{CmdFile, IoUringCmd, IssueFlags, Issued},
 //!     prelude::*,
@@ -174,7 +175,9 @@ const fn issue_flag(flag: bindings::io_uring_cmd_flags) -> u32 {
 const F_NONBLOCK: u32 = issue_flag(bindings::io_uring_cmd_flags_IO_URING_F_NONBLOCK);
 const F_UNLOCKED: u32 = issue_flag(bindings::io_uring_cmd_flags_IO_URING_F_UNLOCKED);
 const F_SQE128: u32 = issue_flag(bindings::io_uring_cmd_flags_IO_URING_F_SQE128);
+const F_CQE32: u32 = issue_flag(bindings::io_uring_cmd_flags_IO_URING_F_CQE32);
 const F_CANCEL: u32 = issue_flag(bindings::io_uring_cmd_flags_IO_URING_F_CANCEL);
+const F_COMPAT: u32 = issue_flag(bindings::io_uring_cmd_flags_IO_URING_F_COMPAT);
 
 /// Converts the result of a command to the value of its completion queue entry.
 fn cqe_res(ret: Result<i32>) -> i32 {
@@ -253,6 +256,7 @@ impl<'a> IssueFlags<'a> {
     ///
     /// A `uring_cmd` handler that would have to sleep can return `EAGAIN`; io_uring then issues
     /// the command again from a context that may block.
+    #[inline]
     pub fn is_nonblock(self) -> bool {
         self.bits & F_NONBLOCK != 0
     }
@@ -260,6 +264,7 @@ impl<'a> IssueFlags<'a> {
     /// Returns whether the callback runs without the ring lock held (`IO_URING_F_UNLOCKED`).
     ///
     /// This is the case when io_uring issues a command from its worker threads.
+    #[inline]
     pub fn is_unlocked(self) -> bool {
         self.bits & F_UNLOCKED != 0
     }
@@ -272,6 +277,7 @@ impl<'a> IssueFlags<'a> {
     }
 
     /// Returns whether io_uring is cancelling a command (`IO_URING_F_CANCEL`).
+    #[inline]
     pub fn is_cancel(self) -> bool {
         self.bits & F_CANCEL != 0
     }
@@ -283,6 +289,7 @@ impl<'a> IssueFlags<'a> {
     /// not do work on behalf of the task, and typically completes the command with an error.
     ///
     /// Always `false` outside task work callbacks.
+    #[inline]
     pub fn is_task_work_canceled(self) -> bool {
         self.tw_canceled
     }
@@ -382,11 +389,13 @@ impl<'a> From<Queued<'a>> for Issued<'a> {
 
 impl<'a, F: CmdFile> IoUringCmd<'a, F> {
     /// Returns the raw `struct io_uring_cmd` pointer.
+    #[inline]
     pub fn as_raw(&self) -> *mut bindings::io_uring_cmd {
         self.ptr.as_ptr()
     }
 
     /// Returns the operation code of the command (`sqe->cmd_op`).
+    #[inline]
     pub fn cmd_op(&self) -> u32 {
         // SAFETY: By the type invariants, `ptr` is valid. io_uring set `cmd_op` before issuing
         // the command and does not change it.
@@ -394,6 +403,7 @@ impl<'a, F: CmdFile> IoUringCmd<'a, F> {
     }
 
     /// Returns the flags of the command (`sqe->uring_cmd_flags`, `IORING_URING_CMD_*`).
+    #[inline]
     pub fn flags(&self) -> u32 {
         // SAFETY: By the type invariants, `ptr` is valid and the command is not queued yet, so
         // io_uring does not change its flags concurrently.
@@ -402,6 +412,7 @@ impl<'a, F: CmdFile> IoUringCmd<'a, F> {
 
     /// Returns the size of the command payload: [`CMD128_SIZE`] for rings with 128-byte SQEs,
     /// [`CMD_SIZE`] otherwise.
+    #[inline]
     pub fn cmd_size(&self) -> usize {
         if self.sqe128 {
             CMD128_SIZE
@@ -445,6 +456,7 @@ impl<'a, F: CmdFile> IoUringCmd<'a, F> {
     /// with [`IoUringCmd::write_pdu`], or zeroes.
     ///
     /// `T` must fit in the [`PDU_SIZE`] bytes of the pdu, which is checked at build time.
+    #[inline]
     pub fn read_pdu<T: FromBytes>(&self) -> T {
         // SAFETY: By the type invariants, `ptr` is valid and its pdu initialized, and no one
         // writes to it concurrently.
@@ -521,23 +533,61 @@ impl<'a, F: CmdFile> IoUringCmd<'a, F> {
         self.queue()
     }
 
-    /// Issues the command again from the task that submitted it.
+    /// Issues the command again from the task that submitted it, if an io_uring worker issues it.
     ///
     /// io_uring issues commands from its worker threads (see [`IssueFlags::is_unlocked`]) when
     /// user space asks for it (`IOSQE_ASYNC`) or when the command could not be issued without
     /// blocking. A driver that keeps per-task state, or that must not take the ring lock in the
-    /// order of a worker, calls this instead of handling the command: the command is queued, and
-    /// io_uring runs a task work item on the submitting task, which calls the `uring_cmd` file
-    /// operation again with the issue flags of task work. If the task is exiting by then, the
-    /// command completes with `ECANCELED` instead.
-    pub fn issue_in_task(self) -> Queued<'a> {
+    /// order of a worker, calls this first: if `issue_flags` are those of a worker, the command
+    /// is queued, and io_uring runs a task work item on the submitting task, which calls the
+    /// `uring_cmd` file operation again with the issue flags of task work (and the flags that
+    /// describe the command, such as [`IssueFlags::is_sqe128`]). If the task is exiting by then,
+    /// the command completes with `ECANCELED` instead. Otherwise the command is given back.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::{
+    ///     io_uring::{CmdFile, IoUringCmd, IssueFlags, Issued},
+    ///     prelude::*,
+    /// };
+    ///
+    /// fn uring_cmd<'a, F: CmdFile>(
+    ///     cmd: IoUringCmd<'a, F>,
+    ///     issue_flags: IssueFlags<'a>,
+    /// ) -> Result<Issued<'a>> {
+    ///     let cmd = match cmd.issue_in_task(issue_flags) {
+    ///         Ok(queued) => return Ok(queued.into()),
+    ///         Err(cmd) => cmd,
+    ///     };
+    ///     // Issued by the submitting task, with the ring lock held.
+    ///     Ok(Issued::Done(cmd.cmd_op()))
+    /// }
+    /// ```
+    pub fn issue_in_task(self, issue_flags: IssueFlags<'_>) -> Result<Queued<'a>, Self> {
+        if !issue_flags.is_unlocked() {
+            return Err(self);
+        }
+        // The task work issues the command with the flags of task work, which say nothing about
+        // the command itself; keep those that do in the part of the pdu that drivers do not use.
+        let keep = issue_flags.bits & (F_SQE128 | F_CQE32 | F_COMPAT);
+        // SAFETY: By the type invariants, `ptr` is valid and no one else accesses its pdu while
+        // the command is issued. The bytes past `PDU_SIZE` are large enough for a `u32`; the
+        // write is unaligned.
+        unsafe {
+            (&raw mut (*self.as_raw()).pdu)
+                .cast::<u8>()
+                .add(PDU_SIZE)
+                .cast::<u32>()
+                .write_unaligned(keep)
+        };
         let (cmd, queued) = self.queue();
         let this = ManuallyDrop::new(cmd);
         // SAFETY: `this` is a valid command that is queued and not completed. `this` gives up
         // the responsibility to complete it, which passes to `reissue_trampoline`: it runs
         // exactly once, and completes the command or hands it to the file operation.
         unsafe { bindings::io_uring_cmd_complete_in_task(this.as_raw(), Some(reissue_trampoline)) };
-        queued
+        Ok(queued)
     }
 }
 
@@ -548,9 +598,18 @@ impl<'a, F: CmdFile> IoUringCmd<'a, F> {
 /// Must only be called by io_uring, as the task work of a command that
 /// [`IoUringCmd::issue_in_task`] passed to `io_uring_cmd_complete_in_task()`.
 unsafe extern "C" fn reissue_trampoline(tw_req: bindings::io_tw_req, tw: bindings::io_tw_token_t) {
-    let flags = bindings::IO_URING_CMD_TASK_WORK_ISSUE_FLAGS;
     // SAFETY: By the safety requirements, this is the task work of a command.
     let cmd = unsafe { bindings::io_uring_cmd_from_tw(tw_req) };
+    // SAFETY: `issue_in_task` stored the flags that describe the command past the first
+    // `PDU_SIZE` bytes of the pdu of `cmd`, which is valid, and nothing else wrote them since.
+    let keep = unsafe {
+        (&raw const (*cmd).pdu)
+            .cast::<u8>()
+            .add(PDU_SIZE)
+            .cast::<u32>()
+            .read_unaligned()
+    };
+    let flags = bindings::IO_URING_CMD_TASK_WORK_ISSUE_FLAGS | keep;
     let ret = if tw.cancel {
         ECANCELED.to_errno()
     } else {
@@ -647,11 +706,13 @@ impl QueuedIoUringCmd {
     }
 
     /// Returns the raw `struct io_uring_cmd` pointer.
+    #[inline]
     pub fn as_raw(&self) -> *mut bindings::io_uring_cmd {
         self.ptr.as_ptr()
     }
 
     /// Returns the operation code of the command (`sqe->cmd_op`).
+    #[inline]
     pub fn cmd_op(&self) -> u32 {
         // SAFETY: By the type invariants, `ptr` is valid. `cmd_op` does not change after the
         // command is issued.
@@ -661,6 +722,7 @@ impl QueuedIoUringCmd {
     /// Reads the pdu of the command as a value of type `T`.
     ///
     /// `T` must fit in the [`PDU_SIZE`] bytes of the pdu, which is checked at build time.
+    #[inline]
     pub fn read_pdu<T: FromBytes>(&self) -> T {
         // SAFETY: By the type invariants, `ptr` is valid and its pdu initialized and not written.
         unsafe { read_pdu(self.as_raw()) }
@@ -731,9 +793,10 @@ impl QueuedIoUringCmd {
     /// `callback` must not capture anything, which is checked at build time.
     ///
     /// `data` must not borrow anything (`'static`): the task work may run long after the caller
-    /// returned. This does not build:
+    /// returned. This does not build (kernel doctests cannot expect a build failure, hence
+    /// `ignore`):
     ///
-    /// ```compile_fail
+    /// ```ignore,compile_fail
     /// use kernel::{io_uring::QueuedIoUringCmd, prelude::*};
     ///
     /// fn hand_over(cmd: QueuedIoUringCmd) -> Result {
@@ -895,11 +958,13 @@ pub struct IoUringCmdCancel<'a> {
 
 impl IoUringCmdCancel<'_> {
     /// Returns the raw `struct io_uring_cmd` pointer.
+    #[inline]
     pub fn as_raw(&self) -> *mut bindings::io_uring_cmd {
         self.ptr.as_ptr()
     }
 
     /// Returns the operation code of the command (`sqe->cmd_op`).
+    #[inline]
     pub fn cmd_op(&self) -> u32 {
         // SAFETY: By the type invariants, `ptr` is valid. `cmd_op` does not change after the
         // command is issued.
@@ -909,12 +974,14 @@ impl IoUringCmdCancel<'_> {
     /// Reads the pdu of the command as a value of type `T`.
     ///
     /// `T` must fit in the [`PDU_SIZE`] bytes of the pdu, which is checked at build time.
+    #[inline]
     pub fn read_pdu<T: FromBytes>(&self) -> T {
         // SAFETY: By the type invariants, `ptr` is valid and its pdu initialized and not written.
         unsafe { read_pdu(self.as_raw()) }
     }
 
     /// Returns whether this is a request to cancel `cmd`.
+    #[inline]
     pub fn refers_to(&self, cmd: &QueuedIoUringCmd) -> bool {
         self.ptr == cmd.ptr
     }
@@ -970,8 +1037,8 @@ pub(crate) unsafe fn dispatch_uring_cmd<F: CmdFile>(
 
     // The pdu may hold anything when a command is issued; make it hold defined bytes.
     //
-    // SAFETY: `ioucmd` is a valid command that is being issued and not queued, so its pdu is
-    // ours to write.
+    // SAFETY: `ioucmd` is a valid command that is being issued (for the first time, or again by
+    // `reissue_trampoline`), which no `QueuedIoUringCmd` owns, so its pdu is ours to write.
     unsafe { (*ioucmd).pdu = [0; RAW_PDU_SIZE] };
 
     let mut queued = false;

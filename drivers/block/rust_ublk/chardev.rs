@@ -49,7 +49,7 @@ impl MiscDevice for CharDev {
             return Err(EBUSY);
         }
         state.server = Server::Attached {
-            tgid: current!().tgid(),
+            tgid: current!().tgid_nr_ns(None),
             nr_fetched: 0,
         };
         drop(state);
@@ -62,7 +62,7 @@ impl MiscDevice for CharDev {
         io::abort_all(&dev);
         // Without user recovery, a started device dies with its server: its disk goes away, and
         // the device can only be deleted.
-        dev.stop();
+        UblkDevice::stop(&dev);
         io::reset_all(&dev);
         let mm = dev.server_mm.lock().take();
         drop(mm);
@@ -97,11 +97,12 @@ impl MiscDevice for CharDev {
         // queue). The io slots belong to the server's threads, and the ring lock is taken after
         // the device lock here: issue the command again from the thread that submitted it, with
         // the ring lock held, as the C driver does.
-        if issue_flags.is_unlocked() {
-            return Ok(cmd.issue_in_task().into());
-        }
+        let cmd = match cmd.issue_in_task(issue_flags) {
+            Ok(queued) => return Ok(queued.into()),
+            Err(cmd) => cmd,
+        };
         let op = cmd.cmd_op();
-        if !matches!(uapi::ioc_type(op), 0 | 0x75) {
+        if !uapi::is_ublk_op(op) {
             return Err(EOPNOTSUPP);
         }
         // Zero copy buffers are never registered; the C driver answers this before looking at

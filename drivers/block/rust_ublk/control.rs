@@ -40,7 +40,7 @@ struct Entry {
 impl Drop for Entry {
     fn drop(&mut self) {
         // A device that goes away with the module must not leave its partition scan queued.
-        self.dev.cancel_scan();
+        UblkDevice::cancel_scan(&self.dev);
     }
 }
 
@@ -130,7 +130,7 @@ fn handle(
     let header = CtrlCmd::parse(&cmd.read_cmd::<[u8; uapi::CTRL_CMD_SIZE]>()?);
 
     // Legacy operation codes are the bare command numbers.
-    if !matches!(uapi::ioc_type(op), 0 | 0x75) {
+    if !uapi::is_ublk_op(op) {
         return Err(EOPNOTSUPP);
     }
 
@@ -170,7 +170,7 @@ fn handle(
             }
         }
         uapi::CMD_STOP_DEV => {
-            dev.stop();
+            UblkDevice::stop(&dev);
             Ok(())
         }
         uapi::CMD_GET_QUEUE_AFFINITY => get_queue_affinity(&dev, &header),
@@ -312,8 +312,8 @@ fn add_dev(ctl: &Control, header: &CtrlCmd) -> Result {
 /// The device number can be reused as soon as this returns. A server that still has
 /// `/dev/ublkcN` open keeps the device object alive until it closes it; `UBLK_U_CMD_DEL_DEV`
 /// waits for that, `UBLK_U_CMD_DEL_DEV_ASYNC` does not.
-fn del_dev(ctl: &Control, dev: &UblkDevice) -> Result {
-    dev.stop();
+fn del_dev(ctl: &Control, dev: &Arc<UblkDevice>) -> Result {
+    UblkDevice::stop(dev);
     let entry = ctl.devices.lock().remove(&dev.id);
     // Deregisters `/dev/ublkcN` outside of the lock.
     drop(entry);

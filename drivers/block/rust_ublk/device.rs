@@ -6,7 +6,7 @@ use crate::{
     features::F_SUPPORT_RQ_AFFINITY,
     io,
     params::{self, Params},
-    queue::{self, Queues, UblkQueue},
+    queue::{self, DiskOps, QueueState, Queues},
     uapi::{self, DevInfo},
 };
 use kernel::{
@@ -40,7 +40,7 @@ pub(crate) enum Lifecycle {
     ///
     /// The partition scan that follows `UBLK_U_CMD_START_DEV` holds a reference to the disk
     /// while it runs; stopping the device cancels or waits for it.
-    Live(Arc<GenDisk<UblkQueue>>),
+    Live(Arc<GenDisk<DiskOps>>),
     /// Stopped: the disk is gone. A server that fetched every io slot may start it again.
     Stopped,
 }
@@ -73,7 +73,7 @@ pub(crate) struct DeviceState {
 
 impl DeviceState {
     /// Returns the disk, if the device is live.
-    pub(crate) fn disk(&self) -> Option<&Arc<GenDisk<UblkQueue>>> {
+    pub(crate) fn disk(&self) -> Option<&Arc<GenDisk<DiskOps>>> {
         match &self.life {
             Lifecycle::Live(disk) => Some(disk),
             Lifecycle::Added | Lifecycle::Stopped => None,
@@ -123,7 +123,7 @@ pub(crate) struct UblkDevice {
     #[pin]
     scan_work: Work<UblkDevice>,
     /// The tag set of the device's disk.
-    pub(crate) tag_set: Arc<TagSet<UblkQueue>>,
+    pub(crate) tag_set: Arc<TagSet<DiskOps>>,
     /// The queues, with their io slots.
     pub(crate) queues: Arc<Queues>,
 }
@@ -179,7 +179,7 @@ impl UblkDevice {
         if state.params.types() & params::TYPE_BASIC == 0 {
             return Err(EINVAL);
         }
-        while state.nr_fetched() < this.nr_ios() {
+        while state.nr_fetched() < this.nr_ios() && !this.is_stopping() {
             if this.ready.wait_interruptible(&mut state) {
                 return Err(EINTR);
             }
@@ -189,6 +189,11 @@ impl UblkDevice {
         }
         if state.disk().is_some() {
             return Err(EEXIST);
+        }
+        // Stopped while the server stayed: it must close `/dev/ublkcN` before the device can start
+        // again, as with the C driver.
+        if this.is_stopping() {
+            return Err(EBUSY);
         }
         let disk = state.params.disk_builder()?.build(
             fmt!("ublkb{}", this.id),
@@ -221,23 +226,40 @@ impl UblkDevice {
     ///
     /// Requests in flight when the disk goes away are still served; later server commands
     /// complete with `UBLK_IO_RES_ABORT`.
-    pub(crate) fn stop(&self) {
-        // Not under the device lock, which the scan takes. The scan's I/O is served by the server,
-        // or fails if it is gone.
-        self.cancel_scan();
-        let mut state = self.state.lock();
-        let life = match state.life {
-            Lifecycle::Added => Lifecycle::Added,
-            Lifecycle::Live(_) | Lifecycle::Stopped => Lifecycle::Stopped,
+    pub(crate) fn stop(this: &Arc<Self>) {
+        let old_life = {
+            let mut state = this.state.lock();
+            let life = match state.life {
+                Lifecycle::Added => Lifecycle::Added,
+                Lifecycle::Live(_) | Lifecycle::Stopped => Lifecycle::Stopped,
+            };
+            // A server that has `/dev/ublkcN` open is told to exit; without one, there is no
+            // command to abort, and the next server must be able to fetch.
+            if matches!(state.server, Server::Attached { .. }) {
+                io::stop_all(this);
+            }
+            core::mem::replace(&mut state.life, life)
         };
+        // A `UBLK_U_CMD_START_DEV` that waits for the server's fetch commands gives up.
+        this.ready.notify_all();
+        // Not under the device lock, which the scan takes. The scan's I/O is served by the server,
+        // or fails if it is gone. Once it is cancelled or done, no one else holds the disk.
+        Self::cancel_scan(this);
         // Dropping the disk deletes it, which waits for the requests in flight.
-        drop(core::mem::replace(&mut state.life, life));
-        io::stop_all(self);
+        drop(old_life);
+    }
+
+    /// Returns whether the device was stopped while its server stayed: its queues abort the
+    /// server's commands until it closes `/dev/ublkcN`.
+    fn is_stopping(&self) -> bool {
+        self.queues
+            .iter()
+            .any(|q| q.slots.lock().state == QueueState::Stopping)
     }
 
     /// Cancels the partition scan, or waits for it to end if it runs.
-    pub(crate) fn cancel_scan(&self) {
-        Work::<Self, 0>::cancel_sync(self);
+    pub(crate) fn cancel_scan(this: &Arc<Self>) {
+        Work::cancel_sync(this);
     }
 
     /// Returns whether the device is started, with a disk.

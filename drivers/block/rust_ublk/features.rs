@@ -2,26 +2,31 @@
 
 //! Feature flags (`UBLK_F_*`): what the driver implements, advertises and accepts.
 
-pub(crate) const F_SUPPORT_ZERO_COPY: u64 = 1 << 0;
-pub(crate) const F_URING_CMD_COMP_IN_TASK: u64 = 1 << 1;
-pub(crate) const F_USER_RECOVERY: u64 = 1 << 3;
-pub(crate) const F_USER_RECOVERY_REISSUE: u64 = 1 << 4;
-pub(crate) const F_UNPRIVILEGED_DEV: u64 = 1 << 5;
-pub(crate) const F_CMD_IOCTL_ENCODE: u64 = 1 << 6;
-pub(crate) const F_USER_COPY: u64 = 1 << 7;
-pub(crate) const F_ZONED: u64 = 1 << 8;
-pub(crate) const F_USER_RECOVERY_FAIL_IO: u64 = 1 << 9;
-pub(crate) const F_AUTO_BUF_REG: u64 = 1 << 11;
-pub(crate) const F_QUIESCE: u64 = 1 << 12;
-pub(crate) const F_INTEGRITY: u64 = 1 << 16;
-pub(crate) const F_IO_DESC_SIZE: u64 = 1 << 20;
-pub(crate) const F_SUPPORT_RQ_AFFINITY: u64 = 1 << 21;
+use kernel::uapi as u;
+
+// CAST: The flags are `u32` or `u64` constants in the bindings; the UAPI field is a `__u64`.
+
+pub(crate) const F_SUPPORT_ZERO_COPY: u64 = u::UBLK_F_SUPPORT_ZERO_COPY as u64;
+pub(crate) const F_URING_CMD_COMP_IN_TASK: u64 = u::UBLK_F_URING_CMD_COMP_IN_TASK as u64;
+pub(crate) const F_USER_RECOVERY: u64 = u::UBLK_F_USER_RECOVERY as u64;
+pub(crate) const F_USER_RECOVERY_REISSUE: u64 = u::UBLK_F_USER_RECOVERY_REISSUE as u64;
+pub(crate) const F_UNPRIVILEGED_DEV: u64 = u::UBLK_F_UNPRIVILEGED_DEV as u64;
+pub(crate) const F_CMD_IOCTL_ENCODE: u64 = u::UBLK_F_CMD_IOCTL_ENCODE as u64;
+pub(crate) const F_USER_COPY: u64 = u::UBLK_F_USER_COPY as u64;
+pub(crate) const F_ZONED: u64 = u::UBLK_F_ZONED as u64;
+pub(crate) const F_USER_RECOVERY_FAIL_IO: u64 = u::UBLK_F_USER_RECOVERY_FAIL_IO as u64;
+pub(crate) const F_AUTO_BUF_REG: u64 = u::UBLK_F_AUTO_BUF_REG as u64;
+pub(crate) const F_QUIESCE: u64 = u::UBLK_F_QUIESCE as u64;
+pub(crate) const F_INTEGRITY: u64 = u::UBLK_F_INTEGRITY as u64;
+pub(crate) const F_IO_DESC_SIZE: u64 = u::UBLK_F_IO_DESC_SIZE as u64;
+pub(crate) const F_SUPPORT_RQ_AFFINITY: u64 = u::UBLK_F_SUPPORT_RQ_AFFINITY as u64;
 
 /// The recovery flags, of which only some combinations make sense.
 pub(crate) const F_ALL_RECOVERY_FLAGS: u64 =
     F_USER_RECOVERY | F_USER_RECOVERY_REISSUE | F_USER_RECOVERY_FAIL_IO;
 
-/// Largest io descriptor size that `UBLK_F_IO_DESC_SIZE` may ask for (`UBLK_MAX_IO_DESC_SIZE`).
+/// Largest io descriptor size that `UBLK_F_IO_DESC_SIZE` may ask for (`UBLK_MAX_IO_DESC_SIZE` of
+/// the C driver, which the UAPI header does not define).
 pub(crate) const MAX_IO_DESC_SIZE: u16 = 256;
 
 /// The features that the driver implements.

@@ -6,20 +6,22 @@
 //! The parameters are kept as the bytes user space sent, so that reading them back returns what
 //! was set; they are validated as the C driver does.
 
-use crate::uapi::{put, Field, PARAMS_SIZE};
+use crate::uapi::{Field, PARAMS_SIZE};
+use core::mem::{offset_of, size_of};
 use kernel::{
     block::mq::gen_disk::GenDiskBuilder,
     page::{PAGE_SHIFT, PAGE_SIZE},
     prelude::*,
+    uapi as u,
 };
 
-pub(crate) const TYPE_BASIC: u32 = 1 << 0;
-pub(crate) const TYPE_DISCARD: u32 = 1 << 1;
-pub(crate) const TYPE_DEVT: u32 = 1 << 2;
-pub(crate) const TYPE_ZONED: u32 = 1 << 3;
-pub(crate) const TYPE_DMA_ALIGN: u32 = 1 << 4;
-pub(crate) const TYPE_SEGMENT: u32 = 1 << 5;
-pub(crate) const TYPE_INTEGRITY: u32 = 1 << 6;
+pub(crate) const TYPE_BASIC: u32 = u::UBLK_PARAM_TYPE_BASIC;
+pub(crate) const TYPE_DISCARD: u32 = u::UBLK_PARAM_TYPE_DISCARD;
+pub(crate) const TYPE_DEVT: u32 = u::UBLK_PARAM_TYPE_DEVT;
+pub(crate) const TYPE_ZONED: u32 = u::UBLK_PARAM_TYPE_ZONED;
+pub(crate) const TYPE_DMA_ALIGN: u32 = u::UBLK_PARAM_TYPE_DMA_ALIGN;
+pub(crate) const TYPE_SEGMENT: u32 = u::UBLK_PARAM_TYPE_SEGMENT;
+pub(crate) const TYPE_INTEGRITY: u32 = u::UBLK_PARAM_TYPE_INTEGRITY;
 
 /// All parameter types of the UAPI (`UBLK_PARAM_TYPE_ALL`). Zoned and integrity parameters are
 /// recognized but rejected, since the driver supports neither zoned nor integrity devices.
@@ -32,26 +34,36 @@ pub(crate) const TYPE_ALL: u32 = TYPE_BASIC
     | TYPE_INTEGRITY;
 
 // Device attributes (`UBLK_ATTR_*`) of the basic parameters.
-const ATTR_READ_ONLY: u32 = 1 << 0;
-const ATTR_ROTATIONAL: u32 = 1 << 1;
-const ATTR_VOLATILE_CACHE: u32 = 1 << 2;
-const ATTR_FUA: u32 = 1 << 3;
+const ATTR_READ_ONLY: u32 = u::UBLK_ATTR_READ_ONLY;
+const ATTR_ROTATIONAL: u32 = u::UBLK_ATTR_ROTATIONAL;
+const ATTR_VOLATILE_CACHE: u32 = u::UBLK_ATTR_VOLATILE_CACHE;
+const ATTR_FUA: u32 = u::UBLK_ATTR_FUA;
 
-/// Size of `struct ublk_params_header` (`len` and `types`).
-pub(crate) const HEADER_SIZE: usize = 8;
+// Offsets in `struct ublk_params`, and in the parameter structures it holds.
+type P = u::ublk_params;
+const OFF_LEN: usize = offset_of!(P, len);
+const OFF_TYPES: usize = offset_of!(P, types);
+const OFF_BASIC: usize = offset_of!(P, basic);
+const OFF_DISCARD: usize = offset_of!(P, discard);
+const OFF_DEVT: usize = offset_of!(P, devt);
+const OFF_DMA: usize = offset_of!(P, dma);
+const OFF_SEG: usize = offset_of!(P, seg);
+const D_ALIGNMENT: usize = offset_of!(u::ublk_param_discard, discard_alignment);
+const D_GRANULARITY: usize = offset_of!(u::ublk_param_discard, discard_granularity);
+const D_MAX_SECTORS: usize = offset_of!(u::ublk_param_discard, max_discard_sectors);
+const D_MAX_WRITE_ZEROES: usize = offset_of!(u::ublk_param_discard, max_write_zeroes_sectors);
+const D_MAX_SEGMENTS: usize = offset_of!(u::ublk_param_discard, max_discard_segments);
+const S_BOUNDARY_MASK: usize = offset_of!(u::ublk_param_segment, seg_boundary_mask);
+const S_MAX_SIZE: usize = offset_of!(u::ublk_param_segment, max_segment_size);
+const S_MAX_SEGMENTS: usize = offset_of!(u::ublk_param_segment, max_segments);
 
-// Offsets in `struct ublk_params`.
-const OFF_LEN: usize = 0;
-const OFF_TYPES: usize = 4;
-const OFF_BASIC: usize = 8;
-const OFF_DISCARD: usize = 40;
-const OFF_DEVT: usize = 60;
-const OFF_DMA: usize = 108;
-const OFF_SEG: usize = 120;
+/// Size of the header of `struct ublk_params` (`len` and `types`): what is read first.
+pub(crate) const HEADER_SIZE: usize = OFF_TYPES + size_of::<u32>();
 
 /// Smallest segment size (`UBLK_MIN_SEGMENT_SIZE`).
-const MIN_SEGMENT_SIZE: u64 = 4096;
-/// Upper bound of the physical block size, io_min and io_opt: log2 of 256 MiB.
+const MIN_SEGMENT_SIZE: u64 = u::UBLK_MIN_SEGMENT_SIZE as u64;
+/// Upper bound of the physical block size, io_min and io_opt, as in the C driver: log2 of
+/// 256 MiB.
 const MAX_BS_SHIFT: u8 = 28;
 const SECTOR_SHIFT: u32 = 9;
 
@@ -94,22 +106,23 @@ impl Params {
     }
 
     fn set_types(&mut self, types: u32) {
-        put(&mut self.raw, OFF_TYPES, &types.to_ne_bytes());
+        types.put(&mut self.raw, OFF_TYPES);
     }
 
     /// Returns the basic parameters.
     pub(crate) fn basic(&self) -> Basic {
+        type B = u::ublk_param_basic;
         let b = OFF_BASIC;
         Basic {
-            attrs: self.get(b),
-            logical_bs_shift: self.get(b + 4),
-            physical_bs_shift: self.get(b + 5),
-            io_opt_shift: self.get(b + 6),
-            io_min_shift: self.get(b + 7),
-            max_sectors: self.get(b + 8),
-            chunk_sectors: self.get(b + 12),
-            dev_sectors: self.get(b + 16),
-            virt_boundary_mask: self.get(b + 24),
+            attrs: self.get(b + offset_of!(B, attrs)),
+            logical_bs_shift: self.get(b + offset_of!(B, logical_bs_shift)),
+            physical_bs_shift: self.get(b + offset_of!(B, physical_bs_shift)),
+            io_opt_shift: self.get(b + offset_of!(B, io_opt_shift)),
+            io_min_shift: self.get(b + offset_of!(B, io_min_shift)),
+            max_sectors: self.get(b + offset_of!(B, max_sectors)),
+            chunk_sectors: self.get(b + offset_of!(B, chunk_sectors)),
+            dev_sectors: self.get(b + offset_of!(B, dev_sectors)),
+            virt_boundary_mask: self.get(b + offset_of!(B, virt_boundary_mask)),
         }
     }
 
@@ -153,9 +166,9 @@ impl Params {
         }
 
         if types & TYPE_DISCARD != 0 {
-            let max_discard_sectors: u32 = self.get(OFF_DISCARD + 8);
-            let max_discard_segments: u16 = self.get(OFF_DISCARD + 16);
-            let discard_granularity: u32 = self.get(OFF_DISCARD + 4);
+            let max_discard_sectors: u32 = self.get(OFF_DISCARD + D_MAX_SECTORS);
+            let max_discard_segments: u16 = self.get(OFF_DISCARD + D_MAX_SEGMENTS);
+            let discard_granularity: u32 = self.get(OFF_DISCARD + D_GRANULARITY);
             // Only single-segment discard is supported.
             if max_discard_sectors != 0 && max_discard_segments != 1 {
                 return Err(EINVAL);
@@ -176,7 +189,7 @@ impl Params {
         }
 
         if types & TYPE_DMA_ALIGN != 0 {
-            let alignment: u32 = self.get(OFF_DMA);
+            let alignment: u32 = self.get(OFF_DMA + offset_of!(u::ublk_param_dma_align, alignment));
             if alignment as usize >= kernel::page::PAGE_SIZE
                 || !alignment.wrapping_add(1).is_power_of_two()
             {
@@ -185,8 +198,8 @@ impl Params {
         }
 
         if types & TYPE_SEGMENT != 0 {
-            let seg_boundary_mask: u64 = self.get(OFF_SEG);
-            let max_segment_size: u32 = self.get(OFF_SEG + 8);
+            let seg_boundary_mask: u64 = self.get(OFF_SEG + S_BOUNDARY_MASK);
+            let max_segment_size: u32 = self.get(OFF_SEG + S_MAX_SIZE);
             let boundary = seg_boundary_mask.wrapping_add(1);
             if !boundary.is_power_of_two()
                 || boundary < MIN_SEGMENT_SIZE
@@ -226,23 +239,23 @@ impl Params {
             .read_only(p.attrs & ATTR_READ_ONLY != 0)
             .write_cache(p.attrs & ATTR_VOLATILE_CACHE != 0, p.attrs & ATTR_FUA != 0);
         if types & TYPE_DISCARD != 0 {
-            let alignment: u32 = self.get(OFF_DISCARD);
-            let granularity: u32 = self.get(OFF_DISCARD + 4);
-            let max_sectors: u32 = self.get(OFF_DISCARD + 8);
-            let max_write_zeroes: u32 = self.get(OFF_DISCARD + 12);
-            let max_segments: u16 = self.get(OFF_DISCARD + 16);
+            let alignment: u32 = self.get(OFF_DISCARD + D_ALIGNMENT);
+            let granularity: u32 = self.get(OFF_DISCARD + D_GRANULARITY);
+            let max_sectors: u32 = self.get(OFF_DISCARD + D_MAX_SECTORS);
+            let max_write_zeroes: u32 = self.get(OFF_DISCARD + D_MAX_WRITE_ZEROES);
+            let max_segments: u16 = self.get(OFF_DISCARD + D_MAX_SEGMENTS);
             b = b
                 .discard(max_sectors, max_segments, granularity, alignment)
                 .max_write_zeroes_sectors(max_write_zeroes);
         }
         if types & TYPE_DMA_ALIGN != 0 {
-            b = b.dma_alignment(self.get(OFF_DMA));
+            b = b.dma_alignment(self.get(OFF_DMA + offset_of!(u::ublk_param_dma_align, alignment)));
         }
         if types & TYPE_SEGMENT != 0 {
             b = b.segments(
-                self.get(OFF_SEG + 12),
-                self.get(OFF_SEG + 8),
-                self.get(OFF_SEG),
+                self.get(OFF_SEG + S_MAX_SEGMENTS),
+                self.get(OFF_SEG + S_MAX_SIZE),
+                self.get(OFF_SEG + S_BOUNDARY_MASK),
             );
         }
         Ok(b)
@@ -252,10 +265,16 @@ impl Params {
     /// of the character device and of the disk, if there is one (`0:0` otherwise).
     pub(crate) fn with_devt(&self, char_devt: (u32, u32), disk_devt: (u32, u32)) -> Self {
         let mut p = self.clone();
-        put(&mut p.raw, OFF_DEVT, &char_devt.0.to_ne_bytes());
-        put(&mut p.raw, OFF_DEVT + 4, &char_devt.1.to_ne_bytes());
-        put(&mut p.raw, OFF_DEVT + 8, &disk_devt.0.to_ne_bytes());
-        put(&mut p.raw, OFF_DEVT + 12, &disk_devt.1.to_ne_bytes());
+        type T = u::ublk_param_devt;
+        let devt = [
+            (offset_of!(T, char_major), char_devt.0),
+            (offset_of!(T, char_minor), char_devt.1),
+            (offset_of!(T, disk_major), disk_devt.0),
+            (offset_of!(T, disk_minor), disk_devt.1),
+        ];
+        for (off, v) in devt {
+            v.put(&mut p.raw, OFF_DEVT + off);
+        }
         p.set_types(p.types() | TYPE_DEVT);
         p
     }

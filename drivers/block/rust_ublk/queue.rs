@@ -27,13 +27,13 @@ use kernel::{
 };
 
 /// The blk-mq operations of a ublk device.
-pub(crate) struct UblkQueue;
+pub(crate) struct DiskOps;
 
 /// A request of a ublk device.
-pub(crate) type Rq = Request<UblkQueue>;
+pub(crate) type Rq = Request<DiskOps>;
 
 /// Returns the initializer of the tag set of a device with `nr_queues` queues of `depth` io slots.
-pub(crate) fn new_tag_set(nr_queues: u16, depth: u16) -> impl PinInit<TagSet<UblkQueue>, Error> {
+pub(crate) fn new_tag_set(nr_queues: u16, depth: u16) -> impl PinInit<TagSet<DiskOps>, Error> {
     // Like loop and null_blk, ublk devices start without an I/O scheduler: the server usually
     // sits in front of one already.
     let flags: Flags = Flag::NoDefaultScheduler.into();
@@ -167,7 +167,7 @@ impl RqResult {
 }
 
 #[vtable]
-impl mq::Operations for UblkQueue {
+impl mq::Operations for DiskOps {
     type QueueData = Arc<Queues>;
     type RequestData = RqResult;
 

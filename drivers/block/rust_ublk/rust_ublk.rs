@@ -29,21 +29,24 @@
 //!
 //! From outermost to innermost; a lock is only taken while holding the ones above it:
 //!
-//! 1. `Control::devices` (mutex): the table of devices. Not held while a device lock is taken.
-//! 2. The ring lock of the server's io_uring (`uring_lock`): held by io_uring when it issues a
-//!    command inline. Io commands that io_uring issues from its workers, without it, are issued
-//!    again from task work of the server thread, with it ([`chardev`]), so that taking the device
-//!    lock under it is the only order.
-//! 3. `UblkDevice::state` (mutex): lifecycle, server, parameters. Taken by control commands,
-//!    `open`/`release` of `/dev/ublkcN` and `UBLK_U_IO_FETCH_REQ`. Not held across copies from
-//!    or to user memory, so that it stays independent of the mmap lock, nor while waiting for
-//!    the partition scan, which takes it.
-//! 4. `UblkDevice::server_mm` (spinlock): the address space of the server. Taken by `mmap`, under
+//! 1. The ring lock (`uring_lock`) of the io_uring that issues a command inline. Io commands that
+//!    io_uring issues from its workers, without it, are issued again from task work of the server
+//!    thread, with it ([`chardev`]), so that the device lock is only ever taken under it.
+//! 2. `Control::devices` (mutex): the table of devices. `UBLK_U_CMD_ADD_DEV` holds it while it
+//!    creates the device, copies the device information to user space (the mmap lock, on a
+//!    fault) and registers `/dev/ublkcN` (the misc device lock).
+//! 3. The misc device lock: held by the misc core around `open` of `/dev/ublkcN`.
+//! 4. `UblkDevice::state` (mutex): lifecycle, server, parameters. Taken by control commands,
+//!    `open`/`release` of `/dev/ublkcN` and `UBLK_U_IO_FETCH_REQ`. `UBLK_U_CMD_START_DEV` adds the
+//!    disk under it. Not held across copies from or to user memory, nor while the disk is deleted
+//!    or the partition scan, which takes it, is waited for.
+//! 5. `UblkDevice::server_mm` (spinlock): the address space of the server. Taken by `mmap`, under
 //!    the mmap lock.
-//! 5. `Queue::slots` (spinlock): the queue state, the io slots and the writer of the io
+//! 6. `Queue::slots` (spinlock): the queue state, the io slots and the writer of the io
 //!    descriptors. Taken by blk-mq's `queue_rq` (any context), by the server's io commands and
-//!    their task work, and by cancellation. Innermost: commands are completed, requests ended
-//!    and task references put after it is dropped.
+//!    their task work, and by cancellation. Innermost: under it, commands are only handed to task
+//!    work (`io_uring_cmd_complete_in_task()`, which takes none of these locks); they are
+//!    completed, requests ended and task references put after it is dropped.
 
 use kernel::{
     miscdevice::{

@@ -2,85 +2,97 @@
 
 //! The ublk UAPI, `include/uapi/linux/ublk_cmd.h`, as the driver reads and writes it.
 //!
-//! The structures are exchanged as byte arrays in the native byte order and converted field by
-//! field, so that values from user space are copied once and then validated.
+//! Constants, structure sizes and field offsets come from the bindings of the header
+//! ([`kernel::uapi`]). The structures are exchanged as byte arrays in the native byte order and
+//! converted field by field at those offsets, so that values from user space are copied once and
+//! then validated, and so that reading the unions of the header needs no `unsafe`.
 
-use kernel::ioctl::{_IOR, _IOWR};
+use core::mem::{offset_of, size_of};
+use kernel::{
+    ioctl::{_IOC_NR, _IOC_TYPE, _IOR},
+    uapi as u,
+};
 
 /// Size of `struct ublksrv_ctrl_cmd`, the payload of control commands.
-pub(crate) const CTRL_CMD_SIZE: usize = 32;
+pub(crate) const CTRL_CMD_SIZE: usize = size_of::<u::ublksrv_ctrl_cmd>();
 /// Size of `struct ublksrv_ctrl_dev_info`.
-pub(crate) const DEV_INFO_SIZE: usize = 64;
+pub(crate) const DEV_INFO_SIZE: usize = size_of::<u::ublksrv_ctrl_dev_info>();
 /// Size of `struct ublksrv_io_desc`.
-pub(crate) const IO_DESC_SIZE: usize = 24;
+pub(crate) const IO_DESC_SIZE: usize = size_of::<u::ublksrv_io_desc>();
 /// Size of `struct ublk_params`.
-pub(crate) const PARAMS_SIZE: usize = 152;
-/// Size of the buffer of `UBLK_U_CMD_GET_FEATURES` (`UBLK_FEATURES_LEN`).
-pub(crate) const FEATURES_LEN: usize = 8;
+pub(crate) const PARAMS_SIZE: usize = size_of::<u::ublk_params>();
+/// Size of `struct ublksrv_io_cmd`, the payload of I/O commands.
+pub(crate) const IO_CMD_SIZE: usize = size_of::<u::ublksrv_io_cmd>();
+/// Size of the buffer of `UBLK_U_CMD_GET_FEATURES`.
+pub(crate) const FEATURES_LEN: usize = u::UBLK_FEATURES_LEN as usize;
 
-/// Largest queue depth (`UBLK_MAX_QUEUE_DEPTH`).
-pub(crate) const MAX_QUEUE_DEPTH: u16 = 4096;
-/// Largest number of queues (`UBLK_MAX_NR_QUEUES`).
-pub(crate) const MAX_NR_QUEUES: u16 = 4096;
+/// Largest queue depth.
+// CAST: 4096 fits.
+pub(crate) const MAX_QUEUE_DEPTH: u16 = u::UBLK_MAX_QUEUE_DEPTH as u16;
+/// Largest number of queues.
+// CAST: 4096 fits.
+pub(crate) const MAX_NR_QUEUES: u16 = u::UBLK_MAX_NR_QUEUES as u16;
 
-/// Device states (`UBLK_S_DEV_*`).
-pub(crate) const S_DEV_DEAD: u16 = 0;
-pub(crate) const S_DEV_LIVE: u16 = 1;
+// Device states, as `UBLK_U_CMD_GET_DEV_INFO` reports them.
+// CAST: The states are small numbers.
+pub(crate) const S_DEV_DEAD: u16 = u::UBLK_S_DEV_DEAD as u16;
+// CAST: As above.
+pub(crate) const S_DEV_LIVE: u16 = u::UBLK_S_DEV_LIVE as u16;
 
-// Control command numbers (`UBLK_CMD_*`, `_IOC_NR()` of `UBLK_U_CMD_*`).
-pub(crate) const CMD_GET_QUEUE_AFFINITY: u32 = 0x01;
-pub(crate) const CMD_GET_DEV_INFO: u32 = 0x02;
-pub(crate) const CMD_ADD_DEV: u32 = 0x04;
-pub(crate) const CMD_DEL_DEV: u32 = 0x05;
-pub(crate) const CMD_START_DEV: u32 = 0x06;
-pub(crate) const CMD_STOP_DEV: u32 = 0x07;
-pub(crate) const CMD_SET_PARAMS: u32 = 0x08;
-pub(crate) const CMD_GET_PARAMS: u32 = 0x09;
-pub(crate) const CMD_START_USER_RECOVERY: u32 = 0x10;
-pub(crate) const CMD_END_USER_RECOVERY: u32 = 0x11;
-pub(crate) const CMD_GET_DEV_INFO2: u32 = 0x12;
+// Control command numbers (`_IOC_NR()` of `UBLK_U_CMD_*`).
+pub(crate) const CMD_GET_QUEUE_AFFINITY: u32 = u::UBLK_CMD_GET_QUEUE_AFFINITY;
+pub(crate) const CMD_GET_DEV_INFO: u32 = u::UBLK_CMD_GET_DEV_INFO;
+pub(crate) const CMD_ADD_DEV: u32 = u::UBLK_CMD_ADD_DEV;
+pub(crate) const CMD_DEL_DEV: u32 = u::UBLK_CMD_DEL_DEV;
+pub(crate) const CMD_START_DEV: u32 = u::UBLK_CMD_START_DEV;
+pub(crate) const CMD_STOP_DEV: u32 = u::UBLK_CMD_STOP_DEV;
+pub(crate) const CMD_SET_PARAMS: u32 = u::UBLK_CMD_SET_PARAMS;
+pub(crate) const CMD_GET_PARAMS: u32 = u::UBLK_CMD_GET_PARAMS;
+pub(crate) const CMD_START_USER_RECOVERY: u32 = u::UBLK_CMD_START_USER_RECOVERY;
+pub(crate) const CMD_END_USER_RECOVERY: u32 = u::UBLK_CMD_END_USER_RECOVERY;
+pub(crate) const CMD_GET_DEV_INFO2: u32 = u::UBLK_CMD_GET_DEV_INFO2;
+// The header defines the newer commands only inside their `UBLK_U_CMD_*` and `UBLK_U_IO_*`
+// ioctl encodings (`_IOR('u', nr, struct ...)`), which bindgen cannot evaluate: their numbers are
+// spelled out here.
 pub(crate) const CMD_GET_FEATURES: u32 = 0x13;
 pub(crate) const CMD_DEL_DEV_ASYNC: u32 = 0x14;
 pub(crate) const CMD_UPDATE_SIZE: u32 = 0x15;
 pub(crate) const CMD_QUIESCE_DEV: u32 = 0x16;
 pub(crate) const CMD_TRY_STOP_DEV: u32 = 0x17;
 
-// I/O command numbers (`UBLK_IO_*`, `_IOC_NR()` of `UBLK_U_IO_*`).
-pub(crate) const IO_FETCH_REQ: u32 = 0x20;
-pub(crate) const IO_COMMIT_AND_FETCH_REQ: u32 = 0x21;
+// I/O command numbers (`_IOC_NR()` of `UBLK_U_IO_*`).
+pub(crate) const IO_FETCH_REQ: u32 = u::UBLK_IO_FETCH_REQ;
+pub(crate) const IO_COMMIT_AND_FETCH_REQ: u32 = u::UBLK_IO_COMMIT_AND_FETCH_REQ;
+// See the newer control commands above.
 pub(crate) const IO_UNREGISTER_IO_BUF: u32 = 0x24;
 
-/// Size of `struct ublksrv_io_cmd`, the payload of I/O commands.
-pub(crate) const IO_CMD_SIZE: usize = 16;
+// Operations of I/O descriptors and their flags.
+pub(crate) const IO_OP_READ: u32 = u::UBLK_IO_OP_READ;
+pub(crate) const IO_OP_WRITE: u32 = u::UBLK_IO_OP_WRITE;
+pub(crate) const IO_OP_FLUSH: u32 = u::UBLK_IO_OP_FLUSH;
+pub(crate) const IO_OP_DISCARD: u32 = u::UBLK_IO_OP_DISCARD;
+pub(crate) const IO_OP_WRITE_ZEROES: u32 = u::UBLK_IO_OP_WRITE_ZEROES;
+pub(crate) const IO_F_FUA: u32 = u::UBLK_IO_F_FUA;
+pub(crate) const IO_F_NOUNMAP: u32 = u::UBLK_IO_F_NOUNMAP;
 
-// Operations of I/O descriptors (`UBLK_IO_OP_*`) and their flags (`UBLK_IO_F_*`).
-pub(crate) const IO_OP_READ: u32 = 0;
-pub(crate) const IO_OP_WRITE: u32 = 1;
-pub(crate) const IO_OP_FLUSH: u32 = 2;
-pub(crate) const IO_OP_DISCARD: u32 = 3;
-pub(crate) const IO_OP_WRITE_ZEROES: u32 = 5;
-pub(crate) const IO_F_FUA: u32 = 1 << 13;
-pub(crate) const IO_F_NOUNMAP: u32 = 1 << 15;
+/// Offset in `/dev/ublkcN` of the io descriptors of queue 0.
+pub(crate) const CMD_BUF_OFFSET: usize = u::UBLKSRV_CMD_BUF_OFFSET as usize;
 
-/// Offset in `/dev/ublkcN` of the io descriptors of queue 0 (`UBLKSRV_CMD_BUF_OFFSET`).
-pub(crate) const CMD_BUF_OFFSET: usize = 0;
-
+/// The ioctl type of ublk commands, which the header spells `'u'` in each encoding.
 const CTRL: u32 = b'u' as u32;
 
 /// `UBLK_U_CMD_GET_FEATURES`, the only control command recognized by its full encoding.
-pub(crate) const U_CMD_GET_FEATURES: u32 = _IOR::<[u8; CTRL_CMD_SIZE]>(CTRL, CMD_GET_FEATURES);
-/// `UBLK_U_CMD_ADD_DEV`.
-#[allow(dead_code)]
-pub(crate) const U_CMD_ADD_DEV: u32 = _IOWR::<[u8; CTRL_CMD_SIZE]>(CTRL, CMD_ADD_DEV);
+pub(crate) const U_CMD_GET_FEATURES: u32 = _IOR::<u::ublksrv_ctrl_cmd>(CTRL, CMD_GET_FEATURES);
 
 /// Returns the command number of an operation code (`_IOC_NR()`).
 pub(crate) fn ioc_nr(op: u32) -> u32 {
-    op & 0xff
+    _IOC_NR(op)
 }
 
-/// Returns the type of an operation code (`_IOC_TYPE()`).
-pub(crate) fn ioc_type(op: u32) -> u32 {
-    (op >> 8) & 0xff
+/// Returns whether an operation code is a ublk command: ioctl-encoded with type `'u'`, or a bare
+/// command number (legacy servers).
+pub(crate) fn is_ublk_op(op: u32) -> bool {
+    _IOC_TYPE(op) == 0 || _IOC_TYPE(op) == CTRL
 }
 
 fn u16_at(b: &[u8], off: usize) -> u16 {
@@ -91,45 +103,78 @@ fn u32_at(b: &[u8], off: usize) -> u32 {
     u32::from_ne_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
 }
 
+fn i32_at(b: &[u8], off: usize) -> i32 {
+    i32::from_ne_bytes(u32_at(b, off).to_ne_bytes())
+}
+
 fn u64_at(b: &[u8], off: usize) -> u64 {
     let mut v = [0u8; 8];
     v.copy_from_slice(&b[off..off + 8]);
     u64::from_ne_bytes(v)
 }
 
-/// Reads a field of a UAPI structure.
+/// Reads and writes a field of a UAPI structure, in the native byte order.
 pub(crate) trait Field: Sized {
     /// Reads the field at `off` in `b`.
     fn at(b: &[u8], off: usize) -> Self;
+
+    /// Writes the field at `off` in `b`.
+    fn put(self, b: &mut [u8], off: usize);
+}
+
+/// Writes `v` at `off` in `b`.
+fn put_bytes(b: &mut [u8], off: usize, v: &[u8]) {
+    b[off..off + v.len()].copy_from_slice(v);
 }
 
 impl Field for u8 {
+    fn put(self, b: &mut [u8], off: usize) {
+        put_bytes(b, off, &self.to_ne_bytes());
+    }
+
     fn at(b: &[u8], off: usize) -> Self {
         b[off]
     }
 }
 
 impl Field for u16 {
+    fn put(self, b: &mut [u8], off: usize) {
+        put_bytes(b, off, &self.to_ne_bytes());
+    }
+
     fn at(b: &[u8], off: usize) -> Self {
         u16_at(b, off)
     }
 }
 
 impl Field for u32 {
+    fn put(self, b: &mut [u8], off: usize) {
+        put_bytes(b, off, &self.to_ne_bytes());
+    }
+
     fn at(b: &[u8], off: usize) -> Self {
         u32_at(b, off)
     }
 }
 
 impl Field for u64 {
+    fn put(self, b: &mut [u8], off: usize) {
+        put_bytes(b, off, &self.to_ne_bytes());
+    }
+
     fn at(b: &[u8], off: usize) -> Self {
         u64_at(b, off)
     }
 }
 
-/// Writes `v` at `off` in `b`, in the native byte order.
-pub(crate) fn put(b: &mut [u8], off: usize, v: &[u8]) {
-    b[off..off + v.len()].copy_from_slice(v);
+impl Field for i32 {
+    fn put(self, b: &mut [u8], off: usize) {
+        put_bytes(b, off, &self.to_ne_bytes());
+    }
+
+    fn at(b: &[u8], off: usize) -> Self {
+        i32_at(b, off)
+    }
 }
 
 /// `struct ublksrv_ctrl_cmd`, the payload of a control command.
@@ -146,12 +191,12 @@ pub(crate) struct CtrlCmd {
 impl CtrlCmd {
     pub(crate) fn parse(b: &[u8; CTRL_CMD_SIZE]) -> Self {
         Self {
-            dev_id: u32_at(b, 0),
-            queue_id: u16_at(b, 4),
-            len: u16_at(b, 6),
-            addr: u64_at(b, 8),
-            data: u64_at(b, 16),
-            dev_path_len: u16_at(b, 24),
+            dev_id: u32_at(b, offset_of!(u::ublksrv_ctrl_cmd, dev_id)),
+            queue_id: u16_at(b, offset_of!(u::ublksrv_ctrl_cmd, queue_id)),
+            len: u16_at(b, offset_of!(u::ublksrv_ctrl_cmd, len)),
+            addr: u64_at(b, offset_of!(u::ublksrv_ctrl_cmd, addr)),
+            data: u64_at(b, offset_of!(u::ublksrv_ctrl_cmd, data)),
+            dev_path_len: u16_at(b, offset_of!(u::ublksrv_ctrl_cmd, dev_path_len)),
         }
     }
 }
@@ -168,10 +213,11 @@ pub(crate) struct IoCmd {
 impl IoCmd {
     pub(crate) fn parse(b: &[u8; IO_CMD_SIZE]) -> Self {
         Self {
-            q_id: u16_at(b, 0),
-            tag: u16_at(b, 2),
-            result: i32::from_ne_bytes(u32_at(b, 4).to_ne_bytes()),
-            addr: u64_at(b, 8),
+            q_id: u16_at(b, offset_of!(u::ublksrv_io_cmd, q_id)),
+            tag: u16_at(b, offset_of!(u::ublksrv_io_cmd, tag)),
+            result: i32_at(b, offset_of!(u::ublksrv_io_cmd, result)),
+            // The union of `addr` and `zone_append_lba`.
+            addr: u64_at(b, offset_of!(u::ublksrv_io_cmd, __bindgen_anon_1)),
         }
     }
 }
@@ -188,10 +234,12 @@ pub(crate) struct IoDesc {
 impl IoDesc {
     pub(crate) fn to_bytes(self) -> [u8; IO_DESC_SIZE] {
         let mut b = [0u8; IO_DESC_SIZE];
-        put(&mut b, 0, &self.op_flags.to_ne_bytes());
-        put(&mut b, 4, &self.nr_sectors.to_ne_bytes());
-        put(&mut b, 8, &self.start_sector.to_ne_bytes());
-        put(&mut b, 16, &self.addr.to_ne_bytes());
+        type D = u::ublksrv_io_desc;
+        self.op_flags.put(&mut b, offset_of!(D, op_flags));
+        // The union of `nr_sectors` and `nr_zones`.
+        self.nr_sectors.put(&mut b, offset_of!(D, __bindgen_anon_1));
+        self.start_sector.put(&mut b, offset_of!(D, start_sector));
+        self.addr.put(&mut b, offset_of!(D, addr));
         b
     }
 }
@@ -214,34 +262,37 @@ pub(crate) struct DevInfo {
 
 impl DevInfo {
     pub(crate) fn parse(b: &[u8; DEV_INFO_SIZE]) -> Self {
+        type I = u::ublksrv_ctrl_dev_info;
         Self {
-            nr_hw_queues: u16_at(b, 0),
-            queue_depth: u16_at(b, 2),
-            state: u16_at(b, 4),
-            io_desc_size: u16_at(b, 6),
-            max_io_buf_bytes: u32_at(b, 8),
-            dev_id: u32_at(b, 12),
-            ublksrv_pid: i32::from_ne_bytes(u32_at(b, 16).to_ne_bytes()),
-            flags: u64_at(b, 24),
-            ublksrv_flags: u64_at(b, 32),
-            owner_uid: u32_at(b, 40),
-            owner_gid: u32_at(b, 44),
+            nr_hw_queues: u16_at(b, offset_of!(I, nr_hw_queues)),
+            queue_depth: u16_at(b, offset_of!(I, queue_depth)),
+            state: u16_at(b, offset_of!(I, state)),
+            io_desc_size: u16_at(b, offset_of!(I, io_desc_size)),
+            max_io_buf_bytes: u32_at(b, offset_of!(I, max_io_buf_bytes)),
+            dev_id: u32_at(b, offset_of!(I, dev_id)),
+            ublksrv_pid: i32_at(b, offset_of!(I, ublksrv_pid)),
+            flags: u64_at(b, offset_of!(I, flags)),
+            ublksrv_flags: u64_at(b, offset_of!(I, ublksrv_flags)),
+            owner_uid: u32_at(b, offset_of!(I, owner_uid)),
+            owner_gid: u32_at(b, offset_of!(I, owner_gid)),
         }
     }
 
     pub(crate) fn to_bytes(self) -> [u8; DEV_INFO_SIZE] {
         let mut b = [0u8; DEV_INFO_SIZE];
-        put(&mut b, 0, &self.nr_hw_queues.to_ne_bytes());
-        put(&mut b, 2, &self.queue_depth.to_ne_bytes());
-        put(&mut b, 4, &self.state.to_ne_bytes());
-        put(&mut b, 6, &self.io_desc_size.to_ne_bytes());
-        put(&mut b, 8, &self.max_io_buf_bytes.to_ne_bytes());
-        put(&mut b, 12, &self.dev_id.to_ne_bytes());
-        put(&mut b, 16, &self.ublksrv_pid.to_ne_bytes());
-        put(&mut b, 24, &self.flags.to_ne_bytes());
-        put(&mut b, 32, &self.ublksrv_flags.to_ne_bytes());
-        put(&mut b, 40, &self.owner_uid.to_ne_bytes());
-        put(&mut b, 44, &self.owner_gid.to_ne_bytes());
+        type I = u::ublksrv_ctrl_dev_info;
+        self.nr_hw_queues.put(&mut b, offset_of!(I, nr_hw_queues));
+        self.queue_depth.put(&mut b, offset_of!(I, queue_depth));
+        self.state.put(&mut b, offset_of!(I, state));
+        self.io_desc_size.put(&mut b, offset_of!(I, io_desc_size));
+        self.max_io_buf_bytes
+            .put(&mut b, offset_of!(I, max_io_buf_bytes));
+        self.dev_id.put(&mut b, offset_of!(I, dev_id));
+        self.ublksrv_pid.put(&mut b, offset_of!(I, ublksrv_pid));
+        self.flags.put(&mut b, offset_of!(I, flags));
+        self.ublksrv_flags.put(&mut b, offset_of!(I, ublksrv_flags));
+        self.owner_uid.put(&mut b, offset_of!(I, owner_uid));
+        self.owner_gid.put(&mut b, offset_of!(I, owner_gid));
         b
     }
 }
