@@ -37,11 +37,42 @@ mkdir -p /rw/upper /rw/work
 mount -t overlay overlay -o lowerdir=/lower,upperdir=/rw/upper,workdir=/rw/work /newroot ||
 	fail "cannot mount the overlay root"
 
+# The guest gets its own /run, /tmp and /dev/shm, which hide the host's.
+# Host paths the job needs (xtask.keep=, colon-separated: the work
+# directory, the cache, the repository) may lie below them: bind them from
+# the overlay first and put them back on top afterwards.
+keep=
+for arg in $(cat /proc/cmdline); do
+	case "$arg" in
+	xtask.keep=*) keep="${arg#xtask.keep=}" ;;
+	esac
+done
+kept=
+i=0
+for p in $(echo "$keep" | tr ':' ' '); do
+	case "$p" in
+	/run | /run/* | /tmp | /tmp/* | /dev | /dev/*) ;;
+	*) continue ;;
+	esac
+	[ -d "/newroot$p" ] || fail "host path $p (xtask.keep) is not a directory in the guest's root"
+	i=$((i + 1))
+	mkdir -p "/rw/keep/$i"
+	mount --bind "/newroot$p" "/rw/keep/$i" || fail "cannot bind host path $p"
+	kept="$kept $i:$p"
+done
+
 mount --move /proc /newroot/proc
 mount --move /sys /newroot/sys
 mount --move /dev /newroot/dev
 mount -t tmpfs -o mode=0755 tmpfs /newroot/run
 mount -t tmpfs -o mode=1777 tmpfs /newroot/tmp
+mkdir -p /newroot/dev/shm
+mount -t tmpfs -o mode=1777 tmpfs /newroot/dev/shm
+for e in $kept; do
+	mkdir -p "/newroot${e#*:}"
+	mount --move "/rw/keep/${e%%:*}" "/newroot${e#*:}" ||
+		fail "cannot put host path ${e#*:} back over the guest's own mounts"
+done
 mkdir -p "/newroot$job"
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 job "/newroot$job" ||
 	fail "cannot mount the job directory (9p tag job)"

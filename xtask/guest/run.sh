@@ -27,7 +27,6 @@ setup() {
 	mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
 	mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
 	mkdir -p /dev/hugepages && mount -t hugetlbfs hugetlbfs /dev/hugepages 2>/dev/null
-	mkdir -p /dev/shm && mount -t tmpfs -o mode=1777 tmpfs /dev/shm
 	mkdir -p /dev/pts && mount -t devpts devpts /dev/pts 2>/dev/null
 
 	# Kernel log to the job directory as it is written.
@@ -74,7 +73,15 @@ load_driver() {
 	mkdir -p /etc/modprobe.d
 	echo "install $other /bin/true" > /etc/modprobe.d/xtask-ublk.conf
 	if ! modprobe "$mod"; then
-		say "driver check: modprobe $mod failed"
+		local ko
+		ko=$(find "$MODDIR/" -name "$mod.ko*" 2>/dev/null | head -n 1)
+		if [ ! -d "$MODDIR" ]; then
+			say "driver check: modprobe $mod failed: the guest cannot see the modules directory $MODDIR"
+		elif [ -z "$ko" ]; then
+			say "driver check: modprobe $mod failed: no $mod.ko in $MODDIR (/lib/modules/$(uname -r))"
+		else
+			say "driver check: modprobe $mod failed (module $ko)"
+		fi
 		return 1
 	fi
 	if ! grep -q "^$mod " /proc/modules; then
@@ -150,8 +157,11 @@ skip_reason() {
 	echo "${r:-exited with the skip code, no message}" | tr -d '\r#' | cut -c1-160
 }
 
+# run_one <n> <test>: runs one test, writes its KTAP line to
+# $JOB/logs/<test>.result. Runs in the background when tests share the
+# guest, so it leaves the cleanup to its caller.
 run_one() {
-	local n=$1 t=$2 log rc start end secs reason dir=$SELFTESTS
+	local n=$1 t=$2 log rc start end secs reason result dir=$SELFTESTS
 	# A harness test (copied into the job directory) or an upstream one.
 	[ -f "$HARNESS_TESTS/$t" ] && dir=$HARNESS_TESTS
 	log="$JOB/logs/$t.log"
@@ -166,32 +176,93 @@ run_one() {
 	secs=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
 	kmsg "end $t rc=$rc"
 	case $rc in
-	0) RESULT="ok $n $t # time=${secs}s" ;;
+	0) result="ok $n $t # time=${secs}s" ;;
 	4)
 		reason=$(skip_reason "$log")
-		RESULT="ok $n $t # SKIP ${reason:-no reason given} (${secs}s)"
+		result="ok $n $t # SKIP ${reason:-no reason given} (${secs}s)"
 		;;
-	124 | 137) RESULT="not ok $n $t # TIMEOUT ${TEST_TIMEOUT}s" ;;
-	*) RESULT="not ok $n $t # exit=$rc time=${secs}s" ;;
+	124 | 137) result="not ok $n $t # TIMEOUT ${TEST_TIMEOUT}s" ;;
+	*) result="not ok $n $t # exit=$rc time=${secs}s" ;;
 	esac
-	cleanup_between
+	echo "$result" > "$log.result"
 }
 
+# report <test>: appends the result of a finished test to results.ktap.
+report() {
+	local r="$JOB/logs/$1.log.result"
+	[ -s "$r" ] || echo "not ok 0 $1 # the runner lost its result" > "$r"
+	tee -a "$JOB/results.ktap" < "$r"
+	sync "$JOB/results.ktap" 2>/dev/null
+}
+
+# Tests sharing the guest (JOBS > 1): pid -> test, and test -> group.
+declare -A RUNNING=() GROUP_OF=()
+
+# reap_one: waits for one running test and reports it.
+reap_one() {
+	local pid
+	wait -n -p pid "${!RUNNING[@]}"
+	[ -n "$pid" ] || return
+	report "${RUNNING[$pid]}"
+	unset "RUNNING[$pid]"
+}
+
+reap_all() {
+	while [ "${#RUNNING[@]}" -gt 0 ]; do
+		reap_one
+	done
+}
+
+# group_busy <group>: whether a running test belongs to <group>.
+group_busy() {
+	local pid
+	for pid in "${!RUNNING[@]}"; do
+		[ "${GROUP_OF[${RUNNING[$pid]}]}" = "$1" ] && return 0
+	done
+	return 1
+}
+
+# tests.txt: one test per line, "<test> <sharing>", where <sharing> is
+# "any" (may run beside any test), "alone" (runs with no other test), or
+# a group name (runs beside any test but those of its group). Tests start
+# in list order; up to $JOBS run at once. Leftover servers and devices are
+# cleaned up whenever no test runs.
 run_selftests() {
-	local tests n=0 total
-	mapfile -t tests < "$JOB/tests.txt"
+	local n=0 total t share
+	local -a tests=() shares=()
+	while read -r t share; do
+		[ -n "$t" ] || continue
+		tests+=("$t")
+		shares+=("${share:-alone}")
+	done < "$JOB/tests.txt"
 	total=${#tests[@]}
+	export JOBS=${JOBS:-1}
 	mkdir -p "$JOB/logs"
 	{
 		echo "KTAP version 1"
 		echo "1..$total"
 	} | tee "$JOB/results.ktap"
-	for t in "${tests[@]}"; do
-		n=$((n + 1))
-		run_one "$n" "$t"
-		echo "$RESULT" | tee -a "$JOB/results.ktap"
-		sync "$JOB/results.ktap" 2>/dev/null
+	for i in "${!tests[@]}"; do
+		n=$((i + 1))
+		t=${tests[$i]}
+		share=${shares[$i]}
+		if [ "$JOBS" -le 1 ] || [ "$share" = alone ]; then
+			reap_all
+			run_one "$n" "$t"
+			report "$t"
+			cleanup_between
+			continue
+		fi
+		GROUP_OF[$t]=$share
+		while [ "${#RUNNING[@]}" -ge "$JOBS" ] ||
+			{ [ "$share" != any ] && group_busy "$share"; }; do
+			reap_one
+		done
+		run_one "$n" "$t" &
+		RUNNING[$!]=$t
 	done
+	reap_all
+	cleanup_between
 }
 
 setup

@@ -10,6 +10,7 @@
 mod apt;
 mod bench;
 mod cli;
+mod eta;
 mod guest;
 mod kbuild;
 mod kconfig;
@@ -21,6 +22,7 @@ mod progress;
 mod rublk;
 mod selftest;
 mod send;
+mod sharing;
 mod source;
 mod splat;
 mod tree;

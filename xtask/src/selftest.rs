@@ -6,6 +6,7 @@ use regex::Regex;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::eta::Eta;
 use crate::guest::job::{self, Driver, Job, Mode};
 use crate::guest::{self, Accel, Ending, Guest, Limits, Outcome};
 use crate::kbuild::Outputs;
@@ -42,6 +43,11 @@ pub struct SelftestOpts {
     /// Per-test timeout in the guest, seconds.
     #[arg(long, default_value_t = 300)]
     pub test_timeout: u64,
+    /// How many tests may run at once in a guest (1: one after the other).
+    /// Tests that change what others see run alone whatever this says
+    /// (`--list` shows which and why).
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8))]
+    pub parallel: u32,
     /// Limit for the whole run (all boots), seconds.
     #[arg(long, default_value_t = 75 * 60)]
     pub timeout: u64,
@@ -150,6 +156,14 @@ struct Ctx<'a> {
     accel: &'a Accel,
 }
 
+/// Echoes a boot's result lines, each with the estimate of the time left.
+struct Echo<'a> {
+    /// Prefix of this boot's tests in the estimate (`c/`).
+    prefix: String,
+    eta: &'a mut Eta,
+    run_start: Instant,
+}
+
 impl Ctx<'_> {
     fn boot(
         &self,
@@ -157,7 +171,7 @@ impl Ctx<'_> {
         driver: Driver,
         mode: &Mode,
         limits: &Limits,
-        echo: bool,
+        mut echo: Option<Echo>,
     ) -> Result<(Job, Outcome)> {
         let job = job::create(self.layout, name, self.kernel, self.userland, driver, mode)?;
         let g = Guest {
@@ -167,12 +181,19 @@ impl Ctx<'_> {
         };
         let outcome = guest::run_watched(g.command(), limits, &job.console(), |line| {
             let l = line.trim_start();
-            if echo
-                && (l.starts_with("ok ")
-                    || l.starts_with("not ok ")
-                    || l.starts_with("xtask: driver"))
-            {
+            let Some(echo) = echo.as_mut() else {
+                return;
+            };
+            if l.starts_with("xtask: driver") {
                 detail(format!("{name}: {l}"));
+            }
+            let Some(r) = ktap::parse(l).results.pop() else {
+                return;
+            };
+            let test = format!("{}{}", echo.prefix, r.name);
+            match echo.eta.finished(&test, echo.run_start.elapsed()) {
+                Some(left) => detail(format!("{name}: {l}  [~{} left]", fmt_duration(left))),
+                None => detail(format!("{name}: {l}")),
             }
         })?;
         Ok((job, outcome))
@@ -195,7 +216,7 @@ fn harness_check(ctx: &Ctx, name: &str) -> Result<TestResult> {
         stall: None,
     };
     let mode = Mode::Command(command.into());
-    let (job, outcome) = ctx.boot(name, Driver::None, &mode, &limits, false)?;
+    let (job, outcome) = ctx.boot(name, Driver::None, &mode, &limits, None)?;
     let boot = judge(&job, &outcome);
     let found = boot.splats.iter().any(|s| s.kind == kind);
     let ok = boot.failed() && found;
@@ -328,7 +349,10 @@ pub fn run(opts: &SelftestOpts) -> Result<bool> {
     let selected = select(&all, &always_quick, opts.quick, &filters);
     if opts.list {
         for t in &selected {
-            println!("{t}");
+            match crate::sharing::reason(t) {
+                Some(why) => println!("{t} ({}: {why})", crate::sharing::of(t).word()),
+                None => println!("{t}"),
+            }
         }
         return Ok(true);
     }
@@ -379,19 +403,32 @@ pub fn run(opts: &SelftestOpts) -> Result<bool> {
         .cloned()
         .collect();
     let mut job_dirs = Vec::new();
+    let prefix_of = |d: &Driver| {
+        if drivers.len() > 1 {
+            format!("{}/", d.name())
+        } else {
+            String::new()
+        }
+    };
+    let boots: Vec<(String, String)> = drivers
+        .iter()
+        .map(|d| (prefix_of(d), format!("-selftest-{}", d.name())))
+        .collect();
+    let pending: Vec<String> = boots
+        .iter()
+        .flat_map(|(p, _)| suite.iter().map(move |t| format!("{p}{t}")))
+        .collect();
+    let mut eta = Eta::load(&layout.runs(), &boots, pending);
     if !suite.is_empty() {
         for d in &drivers {
-            let prefix = if drivers.len() > 1 {
-                format!("{}/", d.name())
-            } else {
-                String::new()
-            };
+            let prefix = prefix_of(d);
             let left = Duration::from_secs(opts.timeout).saturating_sub(run_start.elapsed());
             phase(format!(
-                "booting {} guest with the {} driver: {} tests, per-test timeout {}s, {} left",
+                "booting {} guest with the {} driver: {} tests, up to {} at once, per-test timeout {}s, {} left",
                 accel,
                 d.name(),
                 suite.len(),
+                opts.parallel,
                 opts.test_timeout,
                 fmt_duration(left)
             ));
@@ -402,9 +439,15 @@ pub fn run(opts: &SelftestOpts) -> Result<bool> {
             let mode = Mode::Selftest {
                 tests: suite.clone(),
                 test_timeout_s: opts.test_timeout,
+                jobs: opts.parallel,
             };
             let name = format!("selftest-{}", d.name());
-            let (job, outcome) = ctx.boot(&name, *d, &mode, &limits, true)?;
+            let echo = Echo {
+                prefix: prefix.clone(),
+                eta: &mut eta,
+                run_start,
+            };
+            let (job, outcome) = ctx.boot(&name, *d, &mode, &limits, Some(echo))?;
             detail(format!(
                 "guest finished in {} ({:?}; last test started: {})",
                 fmt_duration(outcome.elapsed),
@@ -479,6 +522,7 @@ mod tests {
         let job = Job {
             dir: d.path().to_path_buf(),
             initramfs: d.path().join("i"),
+            keep: Vec::new(),
         };
         (d, job)
     }

@@ -32,9 +32,22 @@ use kernel::{
 const MAX_UBLKS: u32 = 1 << 20;
 
 /// A device known to the control device.
+///
+/// As in the C driver, a deleted device keeps its number, and commands still find it, until its
+/// server has closed `/dev/ublkcN`: a second `UBLK_U_CMD_DEL_DEV` (ublk servers delete their
+/// device when they exit, racing with the tool that deleted it) succeeds, and `UBLK_U_CMD_ADD_DEV`
+/// cannot reuse the number while the old server may still issue commands.
 struct Entry {
     dev: Arc<UblkDevice>,
-    char_dev: Pin<KBox<MiscDeviceRegistration<CharDev>>>,
+    /// `/dev/ublkcN`; `None` once the device is deleted.
+    char_dev: Option<Pin<KBox<MiscDeviceRegistration<CharDev>>>>,
+}
+
+impl Entry {
+    /// Returns whether the device is deleted and its server gone: its number is free.
+    fn is_released(&self) -> bool {
+        self.char_dev.is_none() && !self.dev.has_server()
+    }
 }
 
 impl Drop for Entry {
@@ -61,8 +74,11 @@ impl Control {
         )
     }
 
+    /// Returns device `id`, unless its number is free.
     fn device(&self, id: u32) -> Option<Arc<UblkDevice>> {
-        self.devices.lock().get(&id).map(|e| e.dev.clone())
+        let mut devices = self.devices.lock();
+        release(&mut devices, id);
+        devices.get(&id).map(|e| e.dev.clone())
     }
 
     /// Returns the device number of `/dev/ublkcN` of device `id`, `0:0` if there is none.
@@ -70,8 +86,20 @@ impl Control {
         self.devices
             .lock()
             .get(&id)
-            .map(|e| (e.char_dev.major(), e.char_dev.minor()))
+            .and_then(|e| e.char_dev.as_ref())
+            .map(|c| (c.major(), c.minor()))
             .unwrap_or((0, 0))
+    }
+}
+
+/// Frees the number of device `id` if the device is deleted and its server gone.
+///
+/// Called with the table locked, which is how numbers are handed out: once a caller saw the number
+/// free, no command can find the old device by it. The entry holds no `/dev/ublkcN` and its
+/// device is stopped, so dropping it here waits for nothing that needs this lock.
+fn release(devices: &mut RBTree<u32, Entry>, id: u32) {
+    if devices.get(&id).is_some_and(Entry::is_released) {
+        drop(devices.remove(&id));
     }
 }
 
@@ -152,11 +180,8 @@ fn handle(
     match nr {
         uapi::CMD_GET_DEV_INFO => get_dev_info(&dev, &header),
         uapi::CMD_GET_DEV_INFO2 => get_dev_info2(ctl, &dev, &header),
-        uapi::CMD_DEL_DEV => {
-            del_dev(ctl, &dev)?;
-            dev.wait_released()
-        }
-        uapi::CMD_DEL_DEV_ASYNC => del_dev(ctl, &dev),
+        uapi::CMD_DEL_DEV => del_dev(ctl, &dev, true),
+        uapi::CMD_DEL_DEV_ASYNC => del_dev(ctl, &dev, false),
         uapi::CMD_START_DEV => UblkDevice::start(&dev, header.data as i32),
         // Commands of features that no device of this driver has: what the C driver answers for
         // a device without the feature.
@@ -282,8 +307,9 @@ fn add_dev(ctl: &Control, header: &CtrlCmd) -> Result {
     let id = if header.dev_id == u32::MAX {
         // The lowest free number.
         let mut id = 0;
-        for &used in devices.keys() {
-            if used != id {
+        loop {
+            release(&mut devices, id);
+            if devices.get(&id).is_none() {
                 break;
             }
             id += 1;
@@ -293,6 +319,7 @@ fn add_dev(ctl: &Control, header: &CtrlCmd) -> Result {
         }
         id
     } else {
+        release(&mut devices, header.dev_id);
         if devices.get(&header.dev_id).is_some() {
             return Err(EEXIST);
         }
@@ -302,21 +329,31 @@ fn add_dev(ctl: &Control, header: &CtrlCmd) -> Result {
 
     let dev = UblkDevice::new(info)?;
     writer.write_slice(&info.to_bytes())?;
-    let char_dev = chardev::register(dev.clone())?;
+    let char_dev = Some(chardev::register(dev.clone())?);
     devices.try_create_and_insert(id, Entry { dev, char_dev }, GFP_KERNEL)?;
     Ok(())
 }
 
-/// `UBLK_U_CMD_DEL_DEV` and `UBLK_U_CMD_DEL_DEV_ASYNC`: deletes a device.
+/// `UBLK_U_CMD_DEL_DEV` (`wait`) and `UBLK_U_CMD_DEL_DEV_ASYNC`: deletes a device.
 ///
-/// The device number can be reused as soon as this returns. A server that still has
-/// `/dev/ublkcN` open keeps the device object alive until it closes it; `UBLK_U_CMD_DEL_DEV`
-/// waits for that, `UBLK_U_CMD_DEL_DEV_ASYNC` does not.
-fn del_dev(ctl: &Control, dev: &Arc<UblkDevice>) -> Result {
+/// Stops the device and removes `/dev/ublkcN`. The device number stays taken until the server
+/// closed `/dev/ublkcN`; `UBLK_U_CMD_DEL_DEV` waits for that, so that the number is free when it
+/// returns. Deleting a deleted device succeeds, as in the C driver.
+fn del_dev(ctl: &Control, dev: &Arc<UblkDevice>, wait: bool) -> Result {
     UblkDevice::stop(dev);
-    let entry = ctl.devices.lock().remove(&dev.id);
+    let char_dev = ctl
+        .devices
+        .lock()
+        .get_mut(&dev.id)
+        .filter(|e| Arc::ptr_eq(&e.dev, dev))
+        .and_then(|e| e.char_dev.take());
     // Deregisters `/dev/ublkcN` outside of the lock.
-    drop(entry);
+    drop(char_dev);
+    if wait {
+        dev.wait_released()?;
+    }
+    // A device that took the number since is not released, and stays.
+    release(&mut ctl.devices.lock(), dev.id);
     Ok(())
 }
 

@@ -203,7 +203,7 @@ impl UblkDevice {
         state.life = Lifecycle::Live(Arc::new(disk, GFP_KERNEL)?);
         state.info.ublksrv_pid = pid;
         // Already queued means a scan is pending, which reads the new disk.
-        let _ = workqueue::system().enqueue(this.clone());
+        let _ = workqueue::system_percpu().enqueue(this.clone());
         Ok(())
     }
 
@@ -217,7 +217,8 @@ impl UblkDevice {
         let disk = self.state.lock().disk().cloned();
         if let Some(disk) = disk {
             if let Err(e) = disk.scan_partitions() {
-                pr_info!("ublkb{}: partition scan failed: {:?}\n", self.id, e);
+                let errno = e.to_errno();
+                pr_info!("ublkb{}: partition scan failed: {}\n", self.id, errno);
             }
         }
     }
@@ -265,6 +266,11 @@ impl UblkDevice {
     /// Returns whether the device is started, with a disk.
     pub(crate) fn is_started(&self) -> bool {
         self.state.lock().disk().is_some()
+    }
+
+    /// Returns whether a server has `/dev/ublkcN` open.
+    pub(crate) fn has_server(&self) -> bool {
+        matches!(self.state.lock().server, Server::Attached { .. })
     }
 
     /// Waits until the server closed `/dev/ublkcN`.

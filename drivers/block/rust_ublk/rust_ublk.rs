@@ -34,7 +34,8 @@
 //!    thread, with it ([`chardev`]), so that the device lock is only ever taken under it.
 //! 2. `Control::devices` (mutex): the table of devices. `UBLK_U_CMD_ADD_DEV` holds it while it
 //!    creates the device, copies the device information to user space (the mmap lock, on a
-//!    fault) and registers `/dev/ublkcN` (the misc device lock).
+//!    fault) and registers `/dev/ublkcN` (the misc device lock). Lookups take the device lock
+//!    under it, to free the number of a deleted device whose server has gone.
 //! 3. The misc device lock: held by the misc core around `open` of `/dev/ublkcN`.
 //! 4. `UblkDevice::state` (mutex): lifecycle, server, parameters. Taken by control commands,
 //!    `open`/`release` of `/dev/ublkcN` and `UBLK_U_IO_FETCH_REQ`. `UBLK_U_CMD_START_DEV` adds the

@@ -40,6 +40,8 @@ pub enum Mode {
     Selftest {
         tests: Vec<String>,
         test_timeout_s: u64,
+        /// How many tests may run at once.
+        jobs: u32,
     },
     Command(String),
     Shell,
@@ -50,6 +52,10 @@ pub enum Mode {
 pub struct Job {
     pub dir: PathBuf,
     pub initramfs: PathBuf,
+    /// Host directories the guest must see even below the paths it mounts
+    /// over (/tmp, /run, /dev): the work directory, the cache, the
+    /// repository.
+    pub keep: Vec<PathBuf>,
 }
 
 impl Job {
@@ -95,12 +101,15 @@ pub fn create(
     }
     std::fs::create_dir_all(&dir)?;
     let moddir = kernel.modroot.join("lib/modules").join(&kernel.release);
+    let mut jobs = 1;
     let (mode_name, timeout) = match mode {
         Mode::Selftest {
             tests,
             test_timeout_s,
+            jobs: j,
         } => {
-            std::fs::write(dir.join("tests.txt"), tests.join("\n") + "\n")?;
+            std::fs::write(dir.join("tests.txt"), crate::sharing::tests_txt(tests))?;
+            jobs = *j;
             ("selftest", *test_timeout_s)
         }
         Mode::Command(c) => {
@@ -134,6 +143,7 @@ pub fn create(
         ("SELFTESTS", userland.selftests.display().to_string()),
         ("EXTRAS", userland.extras.display().to_string()),
         ("TEST_TIMEOUT", timeout.to_string()),
+        ("JOBS", jobs.to_string()),
         ("HARNESS_TESTS", harness.display().to_string()),
         ("RUBLK", rublk),
         ("RUBLK_MISSING", rublk_missing),
@@ -148,7 +158,37 @@ pub fn create(
     std::fs::write(dir.join("job.env"), text)?;
     std::fs::copy(layout.guest_script("run.sh"), dir.join("guest-run.sh"))?;
     let initramfs = super::write_initramfs(&dir, &layout.guest_script("init.sh"))?;
-    Ok(Job { dir, initramfs })
+    let keep = vec![
+        layout.work.clone(),
+        layout.cache.clone(),
+        layout.repo.clone(),
+    ];
+    for p in keep.iter().chain([&dir]) {
+        check_cmdline_path(p)?;
+    }
+    Ok(Job {
+        dir,
+        initramfs,
+        keep,
+    })
+}
+
+/// The guest learns host paths from the kernel command line, which splits
+/// at whitespace; `xtask.keep=` lists paths separated by colons.
+fn check_cmdline_path(p: &Path) -> Result<()> {
+    let s = p.to_str().ok_or_else(|| {
+        anyhow::anyhow!(
+            "{}: the guest needs this path but it is not UTF-8",
+            p.display()
+        )
+    })?;
+    if let Some(c) = s.chars().find(|c| c.is_whitespace() || *c == ':') {
+        anyhow::bail!(
+            "{s}: the guest cannot be told this path (it contains {c:?}); \
+             move the checkout or set --work-dir / UBLK_XTASK_CACHE to a path without it"
+        );
+    }
+    Ok(())
 }
 
 /// Newest job directories beyond `keep` are left; older ones are removed.
@@ -170,6 +210,14 @@ pub fn prune(runs: &Path, keep: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cmdline_paths() {
+        assert!(check_cmdline_path(Path::new("/tmp/ublk-rust/target")).is_ok());
+        let e = check_cmdline_path(Path::new("/tmp/my checkout")).unwrap_err();
+        assert!(e.to_string().contains("/tmp/my checkout"), "{e}");
+        assert!(check_cmdline_path(Path::new("/tmp/a:b")).is_err());
+    }
 
     #[test]
     fn quoting() {

@@ -58,6 +58,7 @@ impl Guest<'_> {
             "panic=-1".into(),
             "rdinit=/init".into(),
             format!("xtask.job={}", self.job.dir.display()),
+            format!("xtask.keep={}", keep_arg(&self.job.keep)),
         ];
         c.arg("-append").arg(append.join(" "));
         c.args(["-serial", "stdio"]);
@@ -69,6 +70,16 @@ impl Guest<'_> {
         ));
         c
     }
+}
+
+/// The value of `xtask.keep=`: paths joined by colons (job::create checked
+/// that none holds a colon or whitespace).
+fn keep_arg(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(":")
 }
 
 /// Writes the initramfs for the guest into `dir` and returns its path.

@@ -13,6 +13,7 @@ use crate::ring::Got;
 mod add;
 mod chardev;
 mod ctrl;
+mod del;
 mod io;
 mod params;
 mod server;
@@ -54,6 +55,7 @@ pub fn all() -> Vec<&'static Case> {
         chardev::CASES,
         io::CASES,
         start::CASES,
+        del::CASES,
     ]
     .into_iter()
     .flatten()

@@ -1,0 +1,114 @@
+//! Which tests may run side by side in one guest (`cargo xtask selftest
+//! --jobs N`). Most ublk selftests only touch their own devices, files and
+//! servers (the upstream suite runs them in parallel with `make JOBS=N`),
+//! and many spend their time waiting, so sharing the guest's two CPUs
+//! shortens the run. The exceptions are listed here, with the reason.
+
+/// How a test shares the guest with the others.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sharing {
+    /// Beside any other test.
+    Any,
+    /// With no other test running.
+    Alone,
+    /// Beside any test but those of the same group.
+    Group(&'static str),
+}
+
+impl Sharing {
+    /// The word the guest runner reads in tests.txt.
+    pub fn word(self) -> &'static str {
+        match self {
+            Sharing::Any => "any",
+            Sharing::Alone => "alone",
+            Sharing::Group(g) => g,
+        }
+    }
+}
+
+/// Tests that change state other tests see, and why.
+const ALONE: &[(&str, &str)] = &[
+    ("test_part_03.sh", "unloads the ublk module"),
+    ("test_batch_04.sh", "kills every fio process"),
+    ("test_generic_02.sh", "bpftrace probes every ublk request"),
+    ("test_generic_12.sh", "bpftrace probes every ublk request"),
+    (
+        "test_generic_22.sh",
+        "counts every io_uring command sent to io-wq",
+    ),
+    (
+        "test_badinput_01.sh",
+        "expects exact errnos, some of which depend on global counts",
+    ),
+    (
+        "test_rublk_loop.sh",
+        "checks that no rublk process is left after its device is deleted",
+    ),
+    (
+        "test_rublk_null.sh",
+        "checks that no rublk process is left after its device is deleted",
+    ),
+];
+
+/// Tests that set a global knob and restore it (the shmemzc tests:
+/// vm.nr_hugepages), so must not overlap: name prefix and group.
+const GROUPS: &[(&str, &str)] = &[("test_shmemzc_", "hugepages")];
+
+/// How `test` shares the guest.
+pub fn of(test: &str) -> Sharing {
+    if ALONE.iter().any(|(t, _)| *t == test) || test.starts_with("harness_") {
+        return Sharing::Alone;
+    }
+    match GROUPS.iter().find(|(prefix, _)| test.starts_with(prefix)) {
+        Some((_, group)) => Sharing::Group(group),
+        None => Sharing::Any,
+    }
+}
+
+/// Why `test` runs alone or in a group, for `--list`.
+pub fn reason(test: &str) -> Option<&'static str> {
+    if let Some((_, why)) = ALONE.iter().find(|(t, _)| *t == test) {
+        return Some(why);
+    }
+    GROUPS
+        .iter()
+        .find(|(prefix, _)| test.starts_with(prefix))
+        .map(|_| "sets and restores vm.nr_hugepages")
+}
+
+/// The lines of the guest's tests.txt: `<test> <sharing>`.
+pub fn tests_txt(tests: &[String]) -> String {
+    tests
+        .iter()
+        .map(|t| format!("{t} {}\n", of(t).word()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes() {
+        assert_eq!(of("test_part_03.sh"), Sharing::Alone);
+        assert_eq!(of("test_rublk_null.sh"), Sharing::Alone);
+        assert_eq!(of("test_shmemzc_02.sh"), Sharing::Group("hugepages"));
+        assert_eq!(of("test_loop_01.sh"), Sharing::Any);
+    }
+
+    #[test]
+    fn lines() {
+        let t = vec!["test_loop_01.sh".to_string(), "test_part_03.sh".into()];
+        assert_eq!(
+            tests_txt(&t),
+            "test_loop_01.sh any\ntest_part_03.sh alone\n"
+        );
+    }
+
+    #[test]
+    fn group_words_are_not_keywords() {
+        for (_, g) in GROUPS {
+            assert!(!["any", "alone"].contains(g));
+        }
+    }
+}
