@@ -15,12 +15,16 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 
-job=
-for arg in $(cat /proc/cmdline); do
-	case "$arg" in
-	xtask.job=*) job="${arg#xtask.job=}" ;;
-	esac
-done
+# cmdline_arg <name>: the value of <name>= on the kernel command line.
+cmdline_arg() {
+	for arg in $(cat /proc/cmdline); do
+		case "$arg" in
+		"$1"=*) echo "${arg#"$1"=}" ;;
+		esac
+	done
+}
+
+job=$(cmdline_arg xtask.job)
 
 fail() {
 	echo "xtask-init: $*"
@@ -41,12 +45,7 @@ mount -t overlay overlay -o lowerdir=/lower,upperdir=/rw/upper,workdir=/rw/work 
 # Host paths the job needs (xtask.keep=, colon-separated: the work
 # directory, the cache, the repository) may lie below them: bind them from
 # the overlay first and put them back on top afterwards.
-keep=
-for arg in $(cat /proc/cmdline); do
-	case "$arg" in
-	xtask.keep=*) keep="${arg#xtask.keep=}" ;;
-	esac
-done
+keep=$(cmdline_arg xtask.keep)
 kept=
 i=0
 for p in $(echo "$keep" | tr ':' ' '); do

@@ -50,9 +50,11 @@ const ALONE: &[(&str, &str)] = &[
     ),
 ];
 
-/// Tests that set a global knob and restore it (the shmemzc tests:
-/// vm.nr_hugepages), so must not overlap: name prefix and group.
-const GROUPS: &[(&str, &str)] = &[("test_shmemzc_", "hugepages")];
+/// Tests that must not overlap each other: the shmemzc tests set and
+/// restore vm.nr_hugepages; the stress tests keep both CPUs busy (two of
+/// them at once took stress_04 from 56 s to 261 s, near the timeout).
+/// Name prefix and group.
+const GROUPS: &[(&str, &str)] = &[("test_shmemzc_", "hugepages"), ("test_stress_", "stress")];
 
 /// How `test` shares the guest.
 pub fn of(test: &str) -> Sharing {
@@ -73,7 +75,10 @@ pub fn reason(test: &str) -> Option<&'static str> {
     GROUPS
         .iter()
         .find(|(prefix, _)| test.starts_with(prefix))
-        .map(|_| "sets and restores vm.nr_hugepages")
+        .map(|(_, g)| match *g {
+            "hugepages" => "sets and restores vm.nr_hugepages",
+            _ => "keeps both CPUs busy; one stress test at a time",
+        })
 }
 
 /// The lines of the guest's tests.txt: `<test> <sharing>`.

@@ -341,14 +341,16 @@ fn add_dev(ctl: &Control, header: &CtrlCmd) -> Result {
 /// returns. Deleting a deleted device succeeds, as in the C driver.
 fn del_dev(ctl: &Control, dev: &Arc<UblkDevice>, wait: bool) -> Result {
     UblkDevice::stop(dev);
-    let char_dev = ctl
-        .devices
-        .lock()
-        .get_mut(&dev.id)
-        .filter(|e| Arc::ptr_eq(&e.dev, dev))
-        .and_then(|e| e.char_dev.take());
-    // Deregisters `/dev/ublkcN` outside of the lock.
-    drop(char_dev);
+    {
+        let mut devices = ctl.devices.lock();
+        let char_dev = devices
+            .get_mut(&dev.id)
+            .filter(|e| Arc::ptr_eq(&e.dev, dev))
+            .and_then(|e| e.char_dev.take());
+        // Deregistered under the lock, which waits for an `open` in progress: a lookup that
+        // sees the entry without `/dev/ublkcN` then knows that no server can still attach.
+        drop(char_dev);
+    }
     if wait {
         dev.wait_released()?;
     }

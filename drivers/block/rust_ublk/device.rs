@@ -234,11 +234,6 @@ impl UblkDevice {
                 Lifecycle::Added => Lifecycle::Added,
                 Lifecycle::Live(_) | Lifecycle::Stopped => Lifecycle::Stopped,
             };
-            // A server that has `/dev/ublkcN` open is told to exit; without one, there is no
-            // command to abort, and the next server must be able to fetch.
-            if matches!(state.server, Server::Attached { .. }) {
-                io::stop_all(this);
-            }
             core::mem::replace(&mut state.life, life)
         };
         // A `UBLK_U_CMD_START_DEV` that waits for the server's fetch commands gives up.
@@ -248,6 +243,17 @@ impl UblkDevice {
         Self::cancel_scan(this);
         // Dropping the disk deletes it, which waits for the requests in flight.
         drop(old_life);
+        // Only then, as the C driver does, a server that has `/dev/ublkcN` open is told to exit:
+        // `UBLK_U_CMD_STOP_DEV` returns right after, before the server can delete the device
+        // itself (libublk servers do on exit), so the tool that stopped it deletes it first.
+        // Without a server there is no command to abort, and the next server must be able to
+        // fetch. A device started again meanwhile keeps its server.
+        let state = this.state.lock();
+        if matches!(state.server, Server::Attached { .. })
+            && !matches!(state.life, Lifecycle::Live(_))
+        {
+            io::stop_all(this);
+        }
     }
 
     /// Returns whether the device was stopped while its server stayed: its queues abort the
