@@ -50,35 +50,44 @@ const ALONE: &[(&str, &str)] = &[
     ),
 ];
 
-/// Tests that must not overlap each other: the shmemzc tests set and
-/// restore vm.nr_hugepages; the stress tests keep both CPUs busy (two of
-/// them at once took stress_04 from 56 s to 261 s, near the timeout).
-/// Name prefix and group.
-const GROUPS: &[(&str, &str)] = &[("test_shmemzc_", "hugepages"), ("test_stress_", "stress")];
+/// Tests that must not overlap each other: name prefix, group, and why.
+const GROUPS: &[(&str, &str, &str)] = &[
+    (
+        "test_shmemzc_",
+        "hugepages",
+        "sets and restores vm.nr_hugepages",
+    ),
+    (
+        "test_stress_",
+        "stress",
+        // Two at once took stress_04 from 56 s to 261 s, near the timeout.
+        "keeps both CPUs busy; one stress test at a time",
+    ),
+];
+
+fn group(test: &str) -> Option<&'static (&'static str, &'static str, &'static str)> {
+    GROUPS
+        .iter()
+        .find(|(prefix, _, _)| test.starts_with(prefix))
+}
 
 /// How `test` shares the guest.
 pub fn of(test: &str) -> Sharing {
     if ALONE.iter().any(|(t, _)| *t == test) || test.starts_with("harness_") {
         return Sharing::Alone;
     }
-    match GROUPS.iter().find(|(prefix, _)| test.starts_with(prefix)) {
-        Some((_, group)) => Sharing::Group(group),
+    match group(test) {
+        Some((_, g, _)) => Sharing::Group(g),
         None => Sharing::Any,
     }
 }
 
 /// Why `test` runs alone or in a group, for `--list`.
 pub fn reason(test: &str) -> Option<&'static str> {
-    if let Some((_, why)) = ALONE.iter().find(|(t, _)| *t == test) {
-        return Some(why);
+    match ALONE.iter().find(|(t, _)| *t == test) {
+        Some((_, why)) => Some(why),
+        None => group(test).map(|(_, _, why)| *why),
     }
-    GROUPS
-        .iter()
-        .find(|(prefix, _)| test.starts_with(prefix))
-        .map(|(_, g)| match *g {
-            "hugepages" => "sets and restores vm.nr_hugepages",
-            _ => "keeps both CPUs busy; one stress test at a time",
-        })
 }
 
 /// The lines of the guest's tests.txt: `<test> <sharing>`.
@@ -112,7 +121,7 @@ mod tests {
 
     #[test]
     fn group_words_are_not_keywords() {
-        for (_, g) in GROUPS {
+        for (_, g, _) in GROUPS {
             assert!(!["any", "alone"].contains(g));
         }
     }
