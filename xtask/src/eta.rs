@@ -1,6 +1,7 @@
 //! The estimate of the time left that `cargo xtask selftest` prints with
 //! each result: from the per-test times of earlier runs (their
-//! results.ktap), scaled by how fast this run goes compared with them.
+//! results.ktap), scaled by how fast this run's guests go compared with
+//! them (the build before the first boot does not count).
 //! The scale takes care of a slower machine, of tests sharing the guest
 //! and of boots; tests never timed count as the median of those that were.
 
@@ -19,6 +20,8 @@ pub struct Eta {
     done: HashSet<String>,
     /// Sum of the earlier times of the tests done in this run.
     done_secs: f64,
+    /// Time spent in the guests of this run that have ended.
+    tested: Duration,
 }
 
 impl Eta {
@@ -68,6 +71,7 @@ impl Eta {
             pending,
             done: HashSet::new(),
             done_secs: 0.0,
+            tested: Duration::ZERO,
         }
     }
 
@@ -75,9 +79,16 @@ impl Eta {
         self.last.get(test).copied().unwrap_or(self.median)
     }
 
-    /// Records that `test` reported, `elapsed` into the run; returns the
-    /// estimate of the time left, or `None` before it means anything.
-    pub fn finished(&mut self, test: &str, elapsed: Duration) -> Option<Duration> {
+    /// Records that a guest ran for `elapsed`.
+    pub fn boot_ended(&mut self, elapsed: Duration) {
+        self.tested += elapsed;
+    }
+
+    /// Records that `test` reported, `in_boot` into the guest it runs in;
+    /// returns the estimate of the time left, or `None` before it means
+    /// anything.
+    pub fn finished(&mut self, test: &str, in_boot: Duration) -> Option<Duration> {
+        let elapsed = self.tested + in_boot;
         if !self.done.insert(test.to_string()) {
             return None;
         }
@@ -117,6 +128,28 @@ mod tests {
         assert_eq!(eta.finished("a.sh", Duration::from_secs(21)), None);
         let left = eta.finished("b.sh", Duration::from_secs(80)).unwrap();
         assert_eq!(left.as_secs(), 80 * 30 / 40);
+    }
+
+    #[test]
+    fn time_of_earlier_boots_counts() {
+        let old = report("ok 1 a.sh # time=10.0s\nok 2 b.sh # time=10.0s\n");
+        let pending = vec![
+            "c/a.sh".into(),
+            "c/b.sh".into(),
+            "r/a.sh".into(),
+            "r/b.sh".into(),
+        ];
+        let mut eta = Eta::from_reports([old].into_iter(), pending);
+        // Without history under these names, each test counts as the
+        // median (10 s): a guest of 40 s ran two of them.
+        eta.finished("c/a.sh", Duration::from_secs(20));
+        eta.finished("c/b.sh", Duration::from_secs(40));
+        eta.boot_ended(Duration::from_secs(40));
+        // 60 s of guests for 30 s of history: twice as slow; one test of
+        // 10 s left. Counting from the start of the second guest only
+        // would give 20 s for 30 s.
+        let left = eta.finished("r/a.sh", Duration::from_secs(20)).unwrap();
+        assert_eq!(left.as_secs(), 20);
     }
 
     #[test]

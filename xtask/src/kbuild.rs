@@ -5,6 +5,7 @@ use anyhow::{bail, Context, Result};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::progress::{detail, fmt_duration, phase};
@@ -44,23 +45,40 @@ impl Make {
         Ok(())
     }
 
-    /// Runs make with its stdout in `log` and a progress line every 20 s;
-    /// stderr (warnings, errors) goes to the terminal as it comes.
+    /// Runs make with its output in `log` and a progress line every 20 s;
+    /// stderr (warnings, errors) also goes to the terminal as it comes, and
+    /// is repeated after the last lines if make fails, so that the errors
+    /// are not lost among the progress lines.
     pub fn run_logged(&self, out: &Path, targets: &[&str], log: &Path) -> Result<()> {
         let mut child = self
             .command(out, targets)
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .spawn()
             .context("running make")?;
-        let mut logf = std::fs::File::create(log)?;
+        let logf = Arc::new(Mutex::new(std::fs::File::create(log)?));
         let stdout = child.stdout.take().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let err_log = logf.clone();
+        let errors = std::thread::spawn(move || -> Vec<String> {
+            let mut kept = Vec::new();
+            for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
+                eprintln!("{line}");
+                if let Ok(mut f) = err_log.lock() {
+                    let _ = writeln!(f, "{line}");
+                }
+                kept.push(line);
+            }
+            kept
+        });
         let start = Instant::now();
         let mut last = Instant::now();
         let mut steps = 0usize;
         for line in BufReader::new(stdout).lines() {
             let line = line?;
-            writeln!(logf, "{line}")?;
+            if let Ok(mut f) = logf.lock() {
+                writeln!(f, "{line}")?;
+            }
             steps += 1;
             if last.elapsed() >= Duration::from_secs(20) {
                 last = Instant::now();
@@ -72,12 +90,22 @@ impl Make {
             }
         }
         let st = child.wait()?;
+        let errors = errors.join().unwrap_or_default();
         if !st.success() {
             let text = std::fs::read_to_string(log).unwrap_or_default();
             let tail: Vec<&str> = text.lines().rev().take(25).collect();
             eprintln!("--- last lines of {} ---", log.display());
             for l in tail.iter().rev() {
                 eprintln!("{l}");
+            }
+            let first_error = errors
+                .iter()
+                .position(|l| l.starts_with("error") || l.contains(": error:"));
+            if let Some(i) = first_error {
+                eprintln!("--- first error ---");
+                for l in errors.iter().skip(i).take(40) {
+                    eprintln!("{l}");
+                }
             }
             bail!(
                 "make {} failed ({st}); full log: {}",

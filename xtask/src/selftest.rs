@@ -162,7 +162,8 @@ struct Echo<'a> {
     /// Prefix of this boot's tests in the estimate (`c/`).
     prefix: String,
     eta: &'a mut Eta,
-    run_start: Instant,
+    /// When the guest was started.
+    boot_start: Instant,
 }
 
 impl Ctx<'_> {
@@ -192,7 +193,7 @@ impl Ctx<'_> {
                 return;
             };
             let test = format!("{}{}", echo.prefix, r.name);
-            match echo.eta.finished(&test, echo.run_start.elapsed()) {
+            match echo.eta.finished(&test, echo.boot_start.elapsed()) {
                 Some(left) => detail(format!("{name}: {l}  [~{} left]", fmt_duration(left))),
                 None => detail(format!("{name}: {l}")),
             }
@@ -446,9 +447,10 @@ pub fn run(opts: &SelftestOpts) -> Result<bool> {
             let echo = Echo {
                 prefix: prefix.clone(),
                 eta: &mut eta,
-                run_start,
+                boot_start: Instant::now(),
             };
             let (job, outcome) = ctx.boot(&name, *d, &mode, &limits, Some(echo))?;
+            eta.boot_ended(outcome.elapsed);
             detail(format!(
                 "guest finished in {} ({:?}; last test started: {})",
                 fmt_duration(outcome.elapsed),

@@ -261,7 +261,7 @@ impl UblkDevice {
     fn is_stopping(&self) -> bool {
         self.queues
             .iter()
-            .any(|q| q.slots.lock().state == QueueState::Stopping)
+            .any(|q| q.state() == QueueState::Stopping)
     }
 
     /// Cancels the partition scan, or waits for it to end if it runs.

@@ -2,16 +2,42 @@
 
 //! The io slots of a queue, and how requests travel through them.
 //!
+//! # The cycle of an io slot
+//!
 //! Each io slot (a tag of a queue) goes around a cycle:
 //!
 //! 1. The server sends `UBLK_U_IO_FETCH_REQ` for the slot: the driver keeps the command, the slot
 //!    is [`IoState::Fetched`].
 //! 2. blk-mq queues a request with the slot's tag ([`dispatch`]): the driver writes the io
-//!    descriptor, the slot becomes [`IoState::Serving`], and the fetch command completes in the
-//!    server's task ([`deliver`]), after the data of a write is copied to the server's buffer.
+//!    descriptor, the slot becomes [`IoState::Dispatched`], and the fetch command completes in
+//!    the server's task ([`deliver`]), after the data of a write is copied to the server's buffer
+//!    (the slot is [`IoState::Delivering`] meanwhile). The slot is then [`IoState::Serving`]: the
+//!    server owns the request.
 //! 3. The server handles the request and sends `UBLK_U_IO_COMMIT_AND_FETCH_REQ` with the result
 //!    ([`commit_and_fetch`]): the data of a read is copied from the server's buffer, the request
 //!    ends, and the new command waits for the next request (step 2).
+//!
+//! # Who owns what
+//!
+//! - An io slot is its own lock ([`Slot`]); there is no lock over a queue. The slot of a tag is
+//!   only taken by the request of that tag (in `queue_rq`, at most one at a time, since blk-mq
+//!   hands a tag to one request at a time), by the server thread that fetched the slot (its
+//!   commands and their task work), and by the paths that tear the queue down. Requests of
+//!   different tags, and so submitters on different CPUs, never take the same lock.
+//! - A request has exactly one owner from `queue_rq` until it ends: a [`Served`] value, which is
+//!   not `Clone`. It is kept in the slot, or moved out of it by the one function that works on it
+//!   without the lock (the copy of a write's data in [`deliver`], the copy of a read's data in
+//!   [`commit_and_fetch`]), and it is consumed by ending the request. No other reference to the
+//!   request is ever made, so ending it cannot fail.
+//! - The io descriptor of a slot has one writer ([`DescWriter`]), kept in the slot, so writes to
+//!   it are serialised by the slot's lock.
+//! - The server's command is owned by the slot while it waits ([`IoState::Fetched`]), by the task
+//!   work that completes it ([`deliver`]), or by io_uring once it completed.
+//!
+//! Zero copy and user copy will let a request be used by more than its slot while the server
+//! serves it (a registered buffer, a copy in flight). They will count those users in the slot,
+//! as the C driver counts references in `struct ublk_io`, and the last one to let go will end
+//! the request with the result the server committed.
 //!
 //! Requests end in [`finish`]: inline, or, with `UBLK_F_SUPPORT_RQ_AFFINITY`, through
 //! `blk_mq_complete_request_remote()` so that the queue's `rq_affinity` picks the CPU. Every way a
@@ -20,22 +46,69 @@
 use crate::{
     chardev::Cmd,
     device::{Server, UblkDevice},
-    queue::{Queue, QueueState, Rq},
+    iodesc::DescWriter,
+    queue::{Queue, QueueState, Rq, Slot},
     uapi::{self, IoCmd, IoDesc},
 };
 use kernel::{
-    block::{mq::Request, BlkStatus, ReqOp},
+    block::{mq::Request, BlkStatus, ReqOp, SECTOR_SHIFT},
     current,
     io_uring::{IoUringCmdCancel, IssueFlags, Issued, QueuedIoUringCmd},
     prelude::*,
     sync::{aref::ARef, atomic::Relaxed, Arc},
     task::Task,
     uaccess::{UserPtr, UserSlice},
+    warn_on,
 };
 
 /// The result with which the driver completes the server's commands when the device goes away
 /// (`UBLK_IO_RES_ABORT`).
 const RES_ABORT: Error = ENODEV;
+
+/// How long a write whose data could not be copied to the server at all waits before it is
+/// dispatched again, as in the C driver (`UBLK_REQUEUE_DELAY_MS`).
+const REQUEUE_DELAY_MS: usize = 3;
+
+/// A request that the driver owns, from `queue_rq` until it ends.
+///
+/// # Invariants
+///
+/// `rq` is the only reference to the request.
+pub(crate) struct Served {
+    rq: ARef<Rq>,
+    /// The bytes of the request that the server was told about: fewer than the request has if
+    /// the data of a write could only be copied in part.
+    len: u32,
+}
+
+impl Served {
+    fn new(rq: ARef<Rq>) -> Self {
+        let len = rq.nr_bytes();
+        // INVARIANT: `rq` is the reference that blk-mq passed to `queue_rq`, which the driver
+        // never duplicates.
+        Self { rq, len }
+    }
+
+    /// Ends the request with the result `error` (0 or a negative errno) and `bytes`, the part
+    /// of it that the server transferred; see [`finish`].
+    fn finish(self, queue: &Queue, error: i32, bytes: u32) {
+        finish(queue, self.rq, error, bytes);
+    }
+
+    /// Gives the request back to blk-mq, which dispatches it again after [`REQUEUE_DELAY_MS`].
+    fn requeue(self) {
+        // By the type invariants, `rq` is the only reference, so this does not fail.
+        warn_on!(Request::requeue(self.rq, REQUEUE_DELAY_MS).is_err());
+    }
+}
+
+impl core::ops::Deref for Served {
+    type Target = Rq;
+
+    fn deref(&self) -> &Rq {
+        &self.rq
+    }
+}
 
 /// Where an io slot is in its cycle.
 pub(crate) enum IoState {
@@ -43,8 +116,13 @@ pub(crate) enum IoState {
     Idle,
     /// The server waits for a request with this command.
     Fetched(QueuedIoUringCmd),
-    /// The server serves this request.
-    Serving(ARef<Rq>),
+    /// A request was handed to the server's task, which completes the fetch command
+    /// ([`deliver`]).
+    Dispatched(Served),
+    /// The server's task copies the data of the request, which it took from the slot.
+    Delivering,
+    /// The server serves the request (`UBLK_IO_FLAG_OWNED_BY_SRV` in the C driver).
+    Serving(Served),
 }
 
 /// An io slot.
@@ -54,14 +132,17 @@ pub(crate) struct Io {
     addr: u64,
     /// The server thread that fetched the slot, the only one that may send its other commands.
     task: Option<ARef<Task>>,
+    /// The writer of the slot's io descriptor.
+    desc: DescWriter,
 }
 
 impl Io {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(desc: DescWriter) -> Self {
         Self {
             state: IoState::Idle,
             addr: 0,
             task: None,
+            desc,
         }
     }
 
@@ -69,8 +150,8 @@ impl Io {
         core::mem::replace(&mut self.state, IoState::Idle)
     }
 
-    /// Checks that the slot belongs to the calling server thread and holds a request, as the C
-    /// driver does before it looks at a command other than a fetch.
+    /// Checks that the slot belongs to the calling server thread and that the server owns its
+    /// request, as the C driver does before it looks at a command other than a fetch.
     fn check_owner(&self) -> Result {
         if !self.task.as_deref().is_some_and(is_current) {
             return Err(EINVAL);
@@ -81,10 +162,10 @@ impl Io {
         }
     }
 
-    /// Takes the request that the slot serves, if it serves one.
-    fn take_serving(&mut self) -> Option<ARef<Rq>> {
+    /// Takes the request that the server owns.
+    fn take_serving(&mut self) -> Option<Served> {
         match self.take() {
-            IoState::Serving(rq) => Some(rq),
+            IoState::Serving(served) => Some(served),
             other => {
                 self.state = other;
                 None
@@ -137,104 +218,147 @@ fn describe(rq: &Rq, addr: u64) -> Option<IoDesc> {
 
 /// Hands `rq` to the server through the fetch command of its io slot (`ublk_queue_rq()`).
 pub(crate) fn dispatch(queue: &Arc<Queue>, rq: ARef<Rq>) {
-    let tag = rq.tag() as usize;
-    let mut guard = queue.slots.lock();
-    let slots = &mut *guard;
-    if slots.state != QueueState::Serving {
-        drop(guard);
-        return finish(queue, rq, EIO.to_errno(), 0);
-    }
-    let Some(io) = slots.ios.get_mut(tag) else {
-        drop(guard);
-        return finish(queue, rq, EIO.to_errno(), 0);
+    let served = Served::new(rq);
+    let Some(slot) = queue.slot(served.tag() as usize) else {
+        return served.finish(queue, EIO.to_errno(), 0);
     };
-    let Some(desc) = describe(&rq, io.addr) else {
-        drop(guard);
-        return finish(queue, rq, EOPNOTSUPP.to_errno(), 0);
+    let mut io = slot.lock();
+    if queue.state() != QueueState::Serving {
+        drop(io);
+        return served.finish(queue, EIO.to_errno(), 0);
+    }
+    let Some(desc) = describe(&served, io.addr) else {
+        drop(io);
+        return served.finish(queue, EOPNOTSUPP.to_errno(), 0);
     };
     let cmd = match io.take() {
         IoState::Fetched(cmd) => cmd,
         other => {
             // No command to hand the request over with: the server is going away.
             io.state = other;
-            drop(guard);
-            return finish(queue, rq, EIO.to_errno(), 0);
+            drop(io);
+            return served.finish(queue, EIO.to_errno(), 0);
         }
     };
-    // CAST: `tag` is an index of `ios`, whose length is a `u16`.
-    if slots.descs.write(tag as u16, &desc).is_err() {
-        // There is a descriptor for every io slot, so this does not happen.
-        io.state = IoState::Fetched(cmd);
-        drop(guard);
-        return finish(queue, rq, EIO.to_errno(), 0);
-    }
-    io.state = IoState::Serving(rq);
-    drop(guard);
+    io.desc.write(&desc);
+    io.state = IoState::Dispatched(served);
+    drop(io);
 
     cmd.complete_in_task_with(queue.clone(), deliver);
 }
 
 /// Completes the fetch command of a request in the server's task, after copying the data of a
-/// write to the server's buffer.
+/// write to the server's buffer (`ublk_dispatch_req()`).
 fn deliver(cmd: QueuedIoUringCmd, queue: Arc<Queue>, issue_flags: IssueFlags<'_>) {
-    let tag = pdu_tag(cmd.read_pdu());
-
-    let found = {
-        let slots = queue.slots.lock();
-        match slots.ios.get(tag) {
-            Some(Io {
-                state: IoState::Serving(rq),
-                addr,
-                ..
-            }) => Some((rq.clone(), *addr)),
-            _ => None,
-        }
-    };
-    let Some((rq, addr)) = found else {
+    let Some(slot) = queue.slot(pdu_tag(cmd.read_pdu())) else {
         return cmd.done(Err(RES_ABORT), issue_flags);
     };
-
-    // The server's task is exiting: the request cannot be served.
-    let mut ok = !issue_flags.is_task_work_canceled();
-    if ok && rq.op() == ReqOp::Write {
-        let len = rq.nr_bytes() as usize;
-        let copied = UserSlice::new(UserPtr::from_addr(addr as usize), len)
-            .with_iov_dest(|dest| rq.copy_to_iter(0, dest));
-        ok = matches!(copied, Ok(Ok(n)) if n == len);
-    }
-    drop(rq);
-
-    if ok {
-        return cmd.done(Ok(0), issue_flags);
-    }
-
-    // The request fails; the command waits for the next one, unless the task is exiting.
-    let canceled = issue_flags.is_task_work_canceled();
-    let (state, cmd) = {
-        let mut slots = queue.slots.lock();
-        let Some(io) = slots.ios.get_mut(tag) else {
-            return cmd.done(Err(RES_ABORT), issue_flags);
-        };
-        let state = io.take();
-        if canceled {
-            (state, Some(cmd))
-        } else {
-            io.state = IoState::Fetched(cmd);
-            (state, None)
+    let (mut served, addr) = {
+        let mut io = slot.lock();
+        match io.take() {
+            IoState::Dispatched(served) => {
+                io.state = IoState::Delivering;
+                (served, io.addr)
+            }
+            other => {
+                // Only `dispatch` hands a command to this function, with the slot dispatched.
+                io.state = other;
+                drop(io);
+                return cmd.done(Err(RES_ABORT), issue_flags);
+            }
         }
     };
-    if let Some(cmd) = cmd {
-        cmd.done(Err(RES_ABORT), issue_flags);
+
+    // The server's task is exiting: the request cannot be served, and fails.
+    let canceled = issue_flags.is_task_work_canceled();
+    let copy = if canceled || served.op() != ReqOp::Write {
+        Copy::Whole
+    } else {
+        copy_write(&served, addr)
+    };
+
+    let mut io = slot.lock();
+    match copy {
+        Copy::Whole | Copy::Part(_) if !canceled => {
+            if let Copy::Part(bytes) = copy {
+                // Part of a write could be copied: the server is told about that part only, and
+                // the rest is dispatched again once it is done (`end_request()`).
+                served.len = bytes;
+                io.desc.set_nr_sectors(bytes >> SECTOR_SHIFT);
+            }
+            io.state = IoState::Serving(served);
+            drop(io);
+            cmd.done(Ok(0), issue_flags);
+        }
+        Copy::Nothing if !canceled => {
+            // As in the C driver, the write is dispatched again a little later (the server's
+            // buffer may be paged in by then), and the command waits for it.
+            io.state = IoState::Fetched(cmd);
+            drop(io);
+            served.requeue();
+        }
+        _ => {
+            // The request fails, and so does the command, unless the task exits; then it is
+            // left to the cancellation of the server's commands.
+            let cmd = if canceled {
+                Some(cmd)
+            } else {
+                io.state = IoState::Fetched(cmd);
+                None
+            };
+            drop(io);
+            if let Some(cmd) = cmd {
+                cmd.done(Err(RES_ABORT), issue_flags);
+            }
+            served.finish(&queue, EIO.to_errno(), 0);
+        }
     }
-    if let IoState::Serving(rq) = state {
-        finish(&queue, rq, EIO.to_errno(), 0);
+}
+
+/// How much of a write's data [`copy_write`] copied to the server's buffer.
+#[derive(Clone, Copy)]
+enum Copy {
+    /// All of it.
+    Whole,
+    /// This many bytes, a whole number of sectors: a fault ended the copy.
+    Part(u32),
+    /// Not a sector: a fault ended the copy.
+    Nothing,
+    /// None: the buffer's address range is not one of user memory.
+    Invalid,
+}
+
+/// Copies the data of the write `rq` to the server's buffer at `addr`.
+fn copy_write(rq: &Rq, addr: u64) -> Copy {
+    let len = rq.nr_bytes();
+    // A fault ends the copy, and what was copied before it counts.
+    let copied = match UserSlice::new(UserPtr::from_addr(addr as usize), len as usize)
+        .with_iov_dest(|dest| rq.copy_to_iter(0, dest))
+    {
+        Ok(Ok(copied)) => copied,
+        Ok(Err(_)) => 0,
+        // An address that cannot be a user buffer does not become one later: unlike the C
+        // driver, which retries such a write forever, fail it.
+        Err(_) => return Copy::Invalid,
+    };
+    // CAST: `copied` is at most `len`, a `u32`.
+    let copied = copied as u32;
+    // Only whole sectors go to the server.
+    let sectors = copied >> SECTOR_SHIFT;
+    if copied == len {
+        Copy::Whole
+    } else if sectors == 0 {
+        Copy::Nothing
+    } else {
+        Copy::Part(sectors << SECTOR_SHIFT)
     }
 }
 
 /// Records the result of `rq` and ends it: inline, or through `blk_mq_complete_request_remote()`
 /// if the queue honours `rq_affinity`.
 ///
-/// `error` is 0 or a negative errno; `bytes` is how much of a read the server filled.
+/// `error` is 0 or a negative errno; `bytes` is how much of the request the server transferred.
+/// `rq` must be the only reference to the request, as a [`Served`] that has no holder gives.
 pub(crate) fn finish(queue: &Queue, rq: ARef<Rq>, error: i32, bytes: u32) {
     rq.data_ref().set(error, bytes);
     if queue.rq_affinity {
@@ -253,32 +377,32 @@ pub(crate) fn end_request(rq: ARef<Rq>) {
 
     let ret = if error < 0 {
         Request::end(rq, BlkStatus::from(Error::from_errno(error)))
-    } else if rq.op() == ReqOp::Read && bytes < rq.nr_bytes() {
-        // A short read: the rest is dispatched again.
+    } else if matches!(rq.op(), ReqOp::Read | ReqOp::Write) && bytes < rq.nr_bytes() {
+        // A short read, or a write that the server got in part: the rest is dispatched again.
         Request::end_partial(rq, bytes)
     } else {
         Request::end_ok(rq)
     };
-    if ret.is_err() {
-        pr_warn!("request still referenced when it ends\n");
-    }
+    // The driver ends a request through its only reference, a `Served` or the one blk-mq
+    // passes to `complete`, so this does not fail.
+    warn_on!(ret.is_err());
 }
 
-/// Returns queue and tag of an io command, checked against the device.
-fn slot_of<'a>(dev: &'a UblkDevice, io_cmd: &IoCmd) -> Result<&'a Arc<Queue>> {
+/// Returns the queue of an io command, checked against the device, and its io slot.
+fn slot_of<'a>(dev: &'a UblkDevice, io_cmd: &IoCmd) -> Result<(&'a Arc<Queue>, &'a Slot)> {
     let queue = dev.queues.get(io_cmd.q_id.into())?;
     if io_cmd.tag >= dev.depth {
         return Err(EINVAL);
     }
-    Ok(queue)
+    let slot = queue.slot(io_cmd.tag.into()).ok_or(EINVAL)?;
+    Ok((queue, slot))
 }
 
 /// Checks that the io slot of a command other than a fetch belongs to the calling server thread
 /// and holds a request, as the C driver does before it looks at the command.
 pub(crate) fn check_owner(dev: &UblkDevice, io_cmd: &IoCmd) -> Result {
-    let queue = slot_of(dev, io_cmd)?;
-    let slots = queue.slots.lock();
-    slots.ios[usize::from(io_cmd.tag)].check_owner()
+    let (_, slot) = slot_of(dev, io_cmd)?;
+    slot.lock().check_owner()
 }
 
 /// `UBLK_U_IO_FETCH_REQ`: the server offers an io slot for the first time.
@@ -288,8 +412,7 @@ pub(crate) fn fetch<'a>(
     issue_flags: IssueFlags<'a>,
     io_cmd: &IoCmd,
 ) -> Result<Issued<'a>> {
-    let queue = slot_of(dev, io_cmd)?;
-    let tag = usize::from(io_cmd.tag);
+    let (queue, slot) = slot_of(dev, io_cmd)?;
 
     // Copy mode: the server must have a buffer for the data.
     if io_cmd.addr == 0 {
@@ -299,8 +422,8 @@ pub(crate) fn fetch<'a>(
     // Serializes fetch commands, and counts them for `UBLK_U_CMD_START_DEV`.
     let mut state = dev.state.lock();
     {
-        let slots = queue.slots.lock();
-        if slots.state == QueueState::Stopping {
+        let io = slot.lock();
+        if queue.state() == QueueState::Stopping {
             return Err(RES_ABORT);
         }
         // Fetching is over once every io slot was fetched.
@@ -311,7 +434,7 @@ pub(crate) fn fetch<'a>(
             Server::Detached => return Err(EINVAL),
         }
         // Each io slot is fetched once.
-        if !matches!(slots.ios[tag].state, IoState::Idle) {
+        if !matches!(io.state, IoState::Idle) {
             return Err(EINVAL);
         }
     }
@@ -320,8 +443,7 @@ pub(crate) fn fetch<'a>(
     cmd.write_pdu(&pdu(io_cmd.q_id, io_cmd.tag));
     let (cmd, queued) = cmd.queue_cancelable(issue_flags);
     let old_task = {
-        let mut slots = queue.slots.lock();
-        let io = &mut slots.ios[tag];
+        let mut io = slot.lock();
         io.addr = io_cmd.addr;
         io.state = IoState::Fetched(cmd);
         io.task.replace(task)
@@ -348,12 +470,10 @@ pub(crate) fn commit_and_fetch<'a>(
     issue_flags: IssueFlags<'a>,
     io_cmd: &IoCmd,
 ) -> Result<Issued<'a>> {
-    let queue = slot_of(dev, io_cmd)?;
-    let tag = usize::from(io_cmd.tag);
+    let (queue, slot) = slot_of(dev, io_cmd)?;
 
-    let rq = {
-        let mut slots = queue.slots.lock();
-        let io = &mut slots.ios[tag];
+    let served = {
+        let mut io = slot.lock();
         io.check_owner()?;
         // Copy mode: the data of the request is in the buffer the command names.
         if io_cmd.addr == 0 {
@@ -361,17 +481,18 @@ pub(crate) fn commit_and_fetch<'a>(
         }
         io.take_serving().ok_or(EBUSY)?
     };
+    let len = served.len;
 
     let (error, bytes) = if io_cmd.result < 0 {
         // Any negative value fails the request; one that is not an errno fails it with `EIO`.
         let error = Error::try_from_errno(io_cmd.result).unwrap_or(EIO);
         (error.to_errno(), 0)
-    } else if rq.op() == ReqOp::Read {
+    } else if served.op() == ReqOp::Read {
         // CAST: `result` is not negative.
-        let len = (io_cmd.result as u32).min(rq.nr_bytes());
+        let len = (io_cmd.result as u32).min(len);
         // A fault ends the copy; what was copied before it makes a short read.
         let copied = UserSlice::new(UserPtr::from_addr(io_cmd.addr as usize), len as usize)
-            .with_iov_source(|src| rq.copy_from_iter(0, src))
+            .with_iov_source(|src| served.copy_from_iter(0, src))
             .and_then(|copied| copied)
             .unwrap_or(0);
         // CAST: `copied` is at most `len`, a `u32`.
@@ -381,25 +502,28 @@ pub(crate) fn commit_and_fetch<'a>(
         } else {
             (0, copied)
         }
+    } else if served.op() == ReqOp::Write {
+        // As in the C driver, the result of a write is not a byte count: the server wrote what
+        // it was told about, all of the request unless its data could only be copied in part.
+        (0, len)
     } else {
-        (0, rq.nr_bytes())
+        (0, served.nr_bytes())
     };
 
     // Offer the slot again before the request ends, which may free its tag for the next request.
     cmd.write_pdu(&pdu(io_cmd.q_id, io_cmd.tag));
     let (fetch, queued) = cmd.queue_cancelable(issue_flags);
     let aborted = {
-        let mut slots = queue.slots.lock();
-        if slots.state == QueueState::Stopping {
+        let mut io = slot.lock();
+        if queue.state() == QueueState::Stopping {
             Some(fetch)
         } else {
-            let io = &mut slots.ios[tag];
             io.addr = io_cmd.addr;
             io.state = IoState::Fetched(fetch);
             None
         }
     };
-    finish(queue, rq, error, bytes);
+    served.finish(queue, error, bytes);
     if let Some(fetch) = aborted {
         fetch.done(Err(RES_ABORT), issue_flags);
     }
@@ -415,12 +539,12 @@ pub(crate) fn cancel(dev: &UblkDevice, cmd: IoUringCmdCancel<'_>, issue_flags: I
     let Ok(queue) = dev.queues.get(pdu_queue(pdu)) else {
         return;
     };
+    queue.fail_requests();
+    let Some(slot) = queue.slot(pdu_tag(pdu)) else {
+        return;
+    };
     let fetch = {
-        let mut slots = queue.slots.lock();
-        slots.state.fail_requests();
-        let Some(io) = slots.ios.get_mut(pdu_tag(pdu)) else {
-            return;
-        };
+        let mut io = slot.lock();
         match io.take() {
             IoState::Fetched(fetch) if cmd.refers_to(&fetch) => fetch,
             other => {
@@ -433,13 +557,16 @@ pub(crate) fn cancel(dev: &UblkDevice, cmd: IoUringCmdCancel<'_>, issue_flags: I
 }
 
 /// The server closed `/dev/ublkcN`: the requests it was serving fail, and later ones too.
+///
+/// Every command of the server completed before (a command keeps the file open), so no io slot
+/// is dispatched or delivering any more.
 pub(crate) fn abort_all(dev: &UblkDevice) {
     for queue in dev.queues.iter() {
-        queue.slots.lock().state.fail_requests();
-        for tag in 0..usize::from(dev.depth) {
-            let state = queue.slots.lock().ios[tag].take_serving();
-            if let Some(rq) = state {
-                finish(queue, rq, EIO.to_errno(), 0);
+        queue.fail_requests();
+        for slot in queue.slots() {
+            let served = slot.lock().take_serving();
+            if let Some(served) = served {
+                served.finish(queue, EIO.to_errno(), 0);
             }
         }
     }
@@ -448,13 +575,10 @@ pub(crate) fn abort_all(dev: &UblkDevice) {
 /// The server is gone: a new server may fetch the io slots again.
 pub(crate) fn reset_all(dev: &UblkDevice) {
     for queue in dev.queues.iter() {
-        {
-            let mut slots = queue.slots.lock();
-            slots.state = QueueState::Serving;
-        }
-        for tag in 0..usize::from(dev.depth) {
+        queue.set_state(QueueState::Serving);
+        for slot in queue.slots() {
             // The task reference is not put under the lock.
-            let task = queue.slots.lock().ios[tag].task.take();
+            let task = slot.lock().task.take();
             drop(task);
         }
     }
@@ -464,9 +588,9 @@ pub(crate) fn reset_all(dev: &UblkDevice) {
 /// exits, and commands it sends from now on do too.
 pub(crate) fn stop_all(dev: &UblkDevice) {
     for queue in dev.queues.iter() {
-        let mut slots = queue.slots.lock();
-        slots.state = QueueState::Stopping;
-        for io in slots.ios.iter_mut() {
+        queue.set_state(QueueState::Stopping);
+        for slot in queue.slots() {
+            let mut io = slot.lock();
             match io.take() {
                 IoState::Fetched(cmd) => {
                     cmd.complete_in_task(|cmd, issue_flags| cmd.done(Err(RES_ABORT), issue_flags))

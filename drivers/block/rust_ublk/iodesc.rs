@@ -6,12 +6,13 @@
 //! descriptor area. The driver writes the descriptor of a request before it hands the request to
 //! the server, and the server reads it once it got the completion of its fetch command.
 
-use crate::uapi::{IoDesc, CMD_BUF_OFFSET, IO_DESC_SIZE, MAX_QUEUE_DEPTH};
+use crate::uapi::{IoDesc, CMD_BUF_OFFSET, IO_DESC_NR_SECTORS, IO_DESC_SIZE, MAX_QUEUE_DEPTH};
 use kernel::{
     mm::virt::VmaNew,
     page::{Page, PAGE_SIZE},
     prelude::*,
     sync::Arc,
+    warn_on,
 };
 
 /// Size in bytes of the descriptor area of a queue of `depth` io slots.
@@ -29,10 +30,10 @@ fn area_stride() -> usize {
 ///
 /// # Invariants
 ///
-/// - `pages` hold `area_size(depth)` bytes, enough for `depth` descriptors.
-/// - Only the [`IoDescs`] created with them writes to them.
+/// - `pages` hold `area_size(depth)` bytes, enough for `depth` descriptors, where `depth` is the
+///   number of [`DescWriter`]s created with them ([`new_descs`]).
+/// - Only the [`DescWriter`]s created with them write to them, each to one descriptor.
 pub(crate) struct DescPages {
-    depth: u16,
     pages: KVec<Page>,
 }
 
@@ -57,63 +58,86 @@ impl DescPages {
     }
 }
 
-/// The writer of the io descriptors of a queue.
+/// Allocates zeroed descriptors for a queue of `depth` io slots: the pages to map, and one writer
+/// per io slot.
+pub(crate) fn new_descs(depth: u16) -> Result<(Arc<DescPages>, KVec<DescWriter>)> {
+    let nr_pages = area_size(depth) / PAGE_SIZE;
+    let mut pages = KVec::with_capacity(nr_pages, GFP_KERNEL)?;
+    for _ in 0..nr_pages {
+        pages.push(Page::alloc_page(GFP_KERNEL | __GFP_ZERO)?, GFP_KERNEL)?;
+    }
+    // INVARIANT: `nr_pages` pages hold `area_size(depth)` bytes, for `depth` descriptors.
+    let pages = Arc::new(DescPages { pages }, GFP_KERNEL)?;
+    let mut writers = KVec::with_capacity(depth.into(), GFP_KERNEL)?;
+    for tag in 0..depth {
+        // INVARIANT: `tag < depth`, and this is the only writer created for it: the pages are
+        // new, and no other function creates a `DescWriter`.
+        writers.push(
+            DescWriter {
+                pages: pages.clone(),
+                tag,
+            },
+            GFP_KERNEL,
+        )?;
+    }
+    Ok((pages, writers))
+}
+
+/// The writer of the io descriptor of one io slot.
 ///
-/// Writing takes `&mut self`: the owner of the writer (the queue's io slots, under their lock)
-/// serialises the writes.
+/// Writing takes `&mut self`, so whoever owns the writer (the io slot, under its lock) serialises
+/// the writes of that descriptor.
 ///
 /// # Invariants
 ///
-/// `self` is the only writer of `pages`.
-pub(crate) struct IoDescs {
+/// - `(tag + 1) * IO_DESC_SIZE <= pages.pages.len() * PAGE_SIZE`.
+/// - `self` is the only writer of descriptor `tag` of `pages`.
+pub(crate) struct DescWriter {
     pages: Arc<DescPages>,
+    tag: u16,
 }
 
-impl IoDescs {
-    /// Allocates zeroed descriptors for a queue of `depth` io slots.
-    pub(crate) fn new(depth: u16) -> Result<Self> {
-        let nr_pages = area_size(depth) / PAGE_SIZE;
-        let mut pages = KVec::with_capacity(nr_pages, GFP_KERNEL)?;
-        for _ in 0..nr_pages {
-            pages.push(Page::alloc_page(GFP_KERNEL | __GFP_ZERO)?, GFP_KERNEL)?;
-        }
-        // INVARIANT: `nr_pages` pages hold `area_size(depth)` bytes, and the pages are new, so
-        // the returned object is their only writer.
-        Ok(Self {
-            pages: Arc::new(DescPages { depth, pages }, GFP_KERNEL)?,
-        })
-    }
-
-    /// Returns the pages of the descriptors, to map them.
-    pub(crate) fn pages(&self) -> &Arc<DescPages> {
-        &self.pages
-    }
-
-    /// Writes the descriptor of the io slot `tag`.
+impl DescWriter {
+    /// Writes the descriptor.
     ///
     /// The server reads it once it is told about the request, after this.
-    pub(crate) fn write(&mut self, tag: u16, desc: &IoDesc) -> Result {
-        if tag >= self.pages.depth {
-            return Err(EINVAL);
+    pub(crate) fn write(&mut self, desc: &IoDesc) {
+        self.write_at(0, &desc.to_bytes());
+    }
+
+    /// Changes the number of sectors of the request that the descriptor describes.
+    pub(crate) fn set_nr_sectors(&mut self, nr_sectors: u32) {
+        self.write_at(IO_DESC_NR_SECTORS, &nr_sectors.to_ne_bytes());
+    }
+
+    /// Writes `bytes` at `offset` into the descriptor.
+    fn write_at(&mut self, offset: usize, bytes: &[u8]) {
+        // `offset` and `bytes` come from the layout of a descriptor, so they stay in it.
+        if warn_on!(offset + bytes.len() > IO_DESC_SIZE) {
+            return;
         }
-        let bytes = desc.to_bytes();
-        let mut offset = usize::from(tag) * IO_DESC_SIZE;
-        let mut src = &bytes[..];
+        let mut offset = usize::from(self.tag) * IO_DESC_SIZE + offset;
+        let mut src = bytes;
         // A descriptor may cross a page boundary, since 24 does not divide `PAGE_SIZE`.
         while !src.is_empty() {
             let in_page = offset % PAGE_SIZE;
             let len = src.len().min(PAGE_SIZE - in_page);
-            let page = &self.pages.pages[offset / PAGE_SIZE];
+            // By the type invariants of `Self` and `DescPages`, the pages hold the descriptor.
+            let Some(page) = self.pages.pages.get(offset / PAGE_SIZE) else {
+                warn_on!(true);
+                return;
+            };
             // SAFETY: `src` is valid for reads of `len` bytes, and `in_page + len` does not pass
-            // the end of the page. By the type invariants, `self` is the only writer of the pages,
-            // and `&mut self` excludes a concurrent write through it. The server maps the pages
-            // read-only; it may read them at any time, which gives it stale or torn bytes at
-            // worst, and it reads a descriptor only after it is told about the request.
-            unsafe { page.write_raw(src.as_ptr(), in_page, len)? };
+            // the end of the page. By the type invariants, `self` is the only writer of these
+            // bytes, and `&mut self` excludes a concurrent write through it. The server maps the
+            // pages read-only; it may read them at any time, which gives it stale or torn bytes
+            // at worst, and it reads a descriptor only after it is told about the request.
+            let written = unsafe { page.write_raw(src.as_ptr(), in_page, len) };
+            // `write_raw` only fails for a range outside the page, which the above excludes.
+            warn_on!(written.is_err());
             src = &src[len..];
             offset += len;
         }
-        Ok(())
     }
 }
 

@@ -9,7 +9,7 @@
 
 use crate::{
     io::{self, Io},
-    iodesc::{DescPages, IoDescs},
+    iodesc::{self, DescPages},
 };
 use kernel::{
     block::mq::{
@@ -21,7 +21,7 @@ use kernel::{
     prelude::*,
     sync::{
         aref::ARef,
-        atomic::{Atomic, Relaxed},
+        atomic::{Atomic, AtomicType, Relaxed},
         Arc, ArcBorrow, SpinLock,
     },
 };
@@ -40,16 +40,6 @@ pub(crate) fn new_tag_set(nr_queues: u16, depth: u16) -> impl PinInit<TagSet<Dis
     TagSet::new(nr_queues.into(), depth.into(), 1, flags)
 }
 
-/// The io slots of a queue and what tells whether they can take requests.
-pub(crate) struct Slots {
-    /// One io slot per tag.
-    pub(crate) ios: KVec<Io>,
-    /// The writer of the io descriptors of the io slots.
-    pub(crate) descs: IoDescs,
-    /// Whether the queue is served.
-    pub(crate) state: QueueState,
-}
-
 /// Whether a queue is served.
 ///
 /// ```text
@@ -65,60 +55,100 @@ pub(crate) struct Slots {
 /// `Dead` and `Stopping` go back to `Serving` when the server closes `/dev/ublkcN`, once its
 /// requests failed: a new server may then fetch the io slots.
 #[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
 pub(crate) enum QueueState {
     /// Requests go to the server.
-    Serving,
+    Serving = 0,
     /// The server is going away: requests fail instead of waiting for it.
-    Dead,
+    Dead = 1,
     /// The device is stopped: requests fail, and the commands that the server sends complete at
     /// once with `UBLK_IO_RES_ABORT` instead of waiting for requests, so that it exits.
-    Stopping,
+    Stopping = 2,
 }
 
-impl QueueState {
-    /// The server is going away: requests fail from now on.
-    pub(crate) fn fail_requests(&mut self) {
-        if *self == QueueState::Serving {
-            *self = QueueState::Dead;
-        }
-    }
+// SAFETY:
+// - `QueueState` is `repr(i32)`, so it has the size and alignment of `i32`.
+// - It is round-trip transmutable to `i32`: each of its values is a valid `i32`, and transmuting
+//   that `i32` back gives the same value.
+// - It is `Send` (a unit-only enum).
+unsafe impl AtomicType for QueueState {
+    type Repr = i32;
 }
+
+/// An io slot, under its own lock.
+pub(crate) type Slot = SpinLock<Io>;
 
 /// A ublk queue: a hardware queue of the disk, served by the server's io_uring commands.
-#[pin_data]
+///
+/// There is no lock over the whole queue: each io slot has its own, which the request of its tag
+/// and the server thread that fetched it take (see [`crate::io`]). The state of the queue is an
+/// atomic that the io paths read under the lock of a slot, and that the paths that change it
+/// (cancellation, `/dev/ublkcN` release, `UBLK_U_CMD_STOP_DEV`) write before they take the slot
+/// locks one after the other: a slot either sees the new state, or is visited after it.
 pub(crate) struct Queue {
-    /// The number of the queue.
-    pub(crate) q_id: u16,
     /// Whether requests complete through `blk_mq_complete_request_remote()`, on the CPU that
     /// `rq_affinity` picks (`UBLK_F_SUPPORT_RQ_AFFINITY`).
     pub(crate) rq_affinity: bool,
     /// The io descriptors, as the server maps them.
     pub(crate) desc_pages: Arc<DescPages>,
-    /// The io slots.
-    #[pin]
-    pub(crate) slots: SpinLock<Slots>,
+    /// Whether the queue is served.
+    state: Atomic<QueueState>,
+    /// The io slots, one per tag.
+    slots: KVec<Pin<KBox<Slot>>>,
 }
 
 impl Queue {
-    fn new(q_id: u16, depth: u16, rq_affinity: bool) -> Result<Arc<Self>> {
-        let mut ios = KVec::with_capacity(depth.into(), GFP_KERNEL)?;
-        for _ in 0..depth {
-            ios.push(Io::new(), GFP_KERNEL)?;
+    fn new(depth: u16, rq_affinity: bool) -> Result<Arc<Self>> {
+        let (desc_pages, writers) = iodesc::new_descs(depth)?;
+        let mut slots = KVec::with_capacity(depth.into(), GFP_KERNEL)?;
+        for desc in writers {
+            slots.push(
+                KBox::pin_init(new_spinlock!(Io::new(desc), "ublk_io"), GFP_KERNEL)?,
+                GFP_KERNEL,
+            )?;
         }
-        let descs = IoDescs::new(depth)?;
-        Arc::pin_init(
-            try_pin_init!(Self {
-                q_id,
+        Ok(Arc::new(
+            Self {
                 rq_affinity,
-                desc_pages: descs.pages().clone(),
-                slots <- new_spinlock!(Slots {
-                    ios,
-                    descs,
-                    state: QueueState::Serving,
-                }),
-            }),
+                desc_pages,
+                state: Atomic::new(QueueState::Serving),
+                slots,
+            },
             GFP_KERNEL,
-        )
+        )?)
+    }
+
+    /// Returns the io slot `tag`, if the queue has one.
+    #[inline]
+    pub(crate) fn slot(&self, tag: usize) -> Option<&Slot> {
+        self.slots.get(tag).map(|slot| &**slot)
+    }
+
+    /// Returns the io slots.
+    pub(crate) fn slots(&self) -> impl Iterator<Item = &Slot> {
+        self.slots.iter().map(|slot| &**slot)
+    }
+
+    /// Returns whether the queue is served.
+    ///
+    /// The io paths read it under the lock of an io slot, and so see a change made before that
+    /// slot was visited.
+    #[inline]
+    pub(crate) fn state(&self) -> QueueState {
+        self.state.load(Relaxed)
+    }
+
+    /// Sets the state of the queue, before the slots are visited.
+    pub(crate) fn set_state(&self, state: QueueState) {
+        self.state.store(state, Relaxed);
+    }
+
+    /// The server is going away: requests fail from now on, unless the device is stopped, which
+    /// fails them already.
+    pub(crate) fn fail_requests(&self) {
+        let _ = self
+            .state
+            .cmpxchg(QueueState::Serving, QueueState::Dead, Relaxed);
     }
 }
 
@@ -131,8 +161,8 @@ impl Queues {
     /// Creates `nr_queues` queues of `depth` io slots.
     pub(crate) fn new(nr_queues: u16, depth: u16, rq_affinity: bool) -> Result<Arc<Self>> {
         let mut queues = KVec::with_capacity(nr_queues.into(), GFP_KERNEL)?;
-        for q_id in 0..nr_queues {
-            queues.push(Queue::new(q_id, depth, rq_affinity)?, GFP_KERNEL)?;
+        for _ in 0..nr_queues {
+            queues.push(Queue::new(depth, rq_affinity)?, GFP_KERNEL)?;
         }
         Ok(Arc::new(Self { queues }, GFP_KERNEL)?)
     }

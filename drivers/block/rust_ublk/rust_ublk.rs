@@ -21,9 +21,10 @@
 //! - A device ([`device::UblkDevice`]) has a [`device::Lifecycle`] (added, live with a disk,
 //!   stopped) and a [`device::Server`] (detached, or attached with the count of fetched io slots),
 //!   both under the device lock.
-//! - Each queue ([`queue::Queue`]) has a [`queue::QueueState`] (serving, dead, stopping) and its
-//!   io slots ([`io`]), each of which is idle, holds the server's fetch command, or serves a
-//!   request, under the queue's slots lock.
+//! - Each queue ([`queue::Queue`]) has a [`queue::QueueState`] (serving, dead, stopping), an
+//!   atomic, and its io slots ([`io`]), each under its own lock: idle, holding the server's fetch
+//!   command, or owning a request that is on its way to the server or that the server serves.
+//!   [`io`] says who owns a slot and its request when.
 //!
 //! # Locks
 //!
@@ -43,11 +44,14 @@
 //!    or the partition scan, which takes it, is waited for.
 //! 5. `UblkDevice::server_mm` (spinlock): the address space of the server. Taken by `mmap`, under
 //!    the mmap lock.
-//! 6. `Queue::slots` (spinlock): the queue state, the io slots and the writer of the io
-//!    descriptors. Taken by blk-mq's `queue_rq` (any context), by the server's io commands and
-//!    their task work, and by cancellation. Innermost: under it, commands are only handed to task
-//!    work (`io_uring_cmd_complete_in_task()`, which takes none of these locks); they are
-//!    completed, requests ended and task references put after it is dropped.
+//! 6. [`queue::Slot`] (spinlock, one per io slot): the slot's state, its request and the writer
+//!    of its io descriptor. Taken by blk-mq's `queue_rq` for the request of that tag (process
+//!    context: the submitter, or blk-mq's work items), by the server's io commands for the slot
+//!    and their task work, and by
+//!    cancellation and teardown, which visit the slots one at a time. Innermost: under it,
+//!    commands are only handed to task work (`io_uring_cmd_complete_in_task()`, which takes none
+//!    of these locks); they are completed, requests ended and task references put after it is
+//!    dropped. No two slot locks are held at once.
 
 use kernel::{
     miscdevice::{

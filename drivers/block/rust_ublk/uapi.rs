@@ -19,6 +19,8 @@ pub(crate) const CTRL_CMD_SIZE: usize = size_of::<u::ublksrv_ctrl_cmd>();
 pub(crate) const DEV_INFO_SIZE: usize = size_of::<u::ublksrv_ctrl_dev_info>();
 /// Size of `struct ublksrv_io_desc`.
 pub(crate) const IO_DESC_SIZE: usize = size_of::<u::ublksrv_io_desc>();
+/// Offset of `nr_sectors` (a union with `nr_zones`) in `struct ublksrv_io_desc`.
+pub(crate) const IO_DESC_NR_SECTORS: usize = offset_of!(u::ublksrv_io_desc, __bindgen_anon_1);
 /// Size of `struct ublk_params`.
 pub(crate) const PARAMS_SIZE: usize = size_of::<u::ublk_params>();
 /// Size of `struct ublksrv_io_cmd`, the payload of I/O commands.
@@ -237,7 +239,7 @@ impl IoDesc {
         type D = u::ublksrv_io_desc;
         self.op_flags.put(&mut b, offset_of!(D, op_flags));
         // The union of `nr_sectors` and `nr_zones`.
-        self.nr_sectors.put(&mut b, offset_of!(D, __bindgen_anon_1));
+        self.nr_sectors.put(&mut b, IO_DESC_NR_SECTORS);
         self.start_sector.put(&mut b, offset_of!(D, start_sector));
         self.addr.put(&mut b, offset_of!(D, addr));
         b

@@ -116,10 +116,22 @@ pub fn cmd16(c: &UblksrvIoCmd) -> [u8; 16] {
 
 /// An io command SQE on the char device `fd`.
 pub fn io_sqe(fd: RawFd, op: u32, q_id: u16, tag: u16, addr: u64) -> squeue::Entry {
+    io_sqe_result(fd, op, q_id, tag, addr, 0)
+}
+
+/// An io command SQE on the char device `fd` that reports `result` (a COMMIT).
+pub fn io_sqe_result(
+    fd: RawFd,
+    op: u32,
+    q_id: u16,
+    tag: u16,
+    addr: u64,
+    result: i32,
+) -> squeue::Entry {
     let c = UblksrvIoCmd {
         q_id,
         tag,
-        result: 0,
+        result,
         addr,
     };
     opcode::UringCmd16::new(types::Fd(fd), op)

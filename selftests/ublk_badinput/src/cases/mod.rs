@@ -14,6 +14,7 @@ mod add;
 mod chardev;
 mod ctrl;
 mod del;
+mod fault;
 mod io;
 mod params;
 mod server;
@@ -24,6 +25,10 @@ pub struct Case {
     pub name: &'static str,
     pub expect: Got,
     pub run: fn(&mut Env) -> Result<Got>,
+    /// A known bug of the C driver: what it gives instead of `expect`, and
+    /// why. The C driver is held to this, and the bug is named in the
+    /// result line, so that a fix in either driver shows.
+    pub c_bug: Option<(Got, &'static str)>,
 }
 
 pub const OK: Got = Got::Res(0);
@@ -41,6 +46,15 @@ macro_rules! case {
             name: stringify!($name),
             expect: $expect,
             run: $name,
+            c_bug: None,
+        }
+    };
+    ($name:ident, $expect:expr, c_bug = ($c_got:expr, $why:expr)) => {
+        $crate::cases::Case {
+            name: stringify!($name),
+            expect: $expect,
+            run: $name,
+            c_bug: Some(($c_got, $why)),
         }
     };
 }
@@ -56,6 +70,7 @@ pub fn all() -> Vec<&'static Case> {
         io::CASES,
         start::CASES,
         del::CASES,
+        fault::CASES,
     ]
     .into_iter()
     .flatten()
