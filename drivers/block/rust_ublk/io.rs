@@ -253,9 +253,17 @@ fn deliver(cmd: QueuedIoUringCmd, queue: Arc<Queue>, issue_flags: IssueFlags<'_>
     let Some(slot) = queue.slot(pdu_tag(cmd.read_pdu())) else {
         return cmd.done(Err(RES_ABORT), issue_flags);
     };
+    // The server's task is exiting: the request cannot be served, and fails.
+    let canceled = issue_flags.is_task_work_canceled();
     let (mut served, addr) = {
         let mut io = slot.lock();
         match io.take() {
+            // No data to copy: the server gets the request at once.
+            IoState::Dispatched(served) if !canceled && served.op() != ReqOp::Write => {
+                io.state = IoState::Serving(served);
+                drop(io);
+                return cmd.done(Ok(0), issue_flags);
+            }
             IoState::Dispatched(served) => {
                 io.state = IoState::Delivering;
                 (served, io.addr)
@@ -269,9 +277,7 @@ fn deliver(cmd: QueuedIoUringCmd, queue: Arc<Queue>, issue_flags: IssueFlags<'_>
         }
     };
 
-    // The server's task is exiting: the request cannot be served, and fails.
-    let canceled = issue_flags.is_task_work_canceled();
-    let copy = if canceled || served.op() != ReqOp::Write {
+    let copy = if canceled {
         Copy::Whole
     } else {
         copy_write(&served, addr)
