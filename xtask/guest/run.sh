@@ -247,7 +247,12 @@ run_selftests() {
 		t=${tests[$i]}
 		share=${shares[$i]}
 		if [ "$JOBS" -le 1 ] || [ "$share" = alone ]; then
-			reap_all
+			# Tests that ran beside each other leave what cleanup_between
+			# removes only once none runs: now, before this one.
+			if [ "$JOBS" -gt 1 ]; then
+				reap_all
+				cleanup_between
+			fi
 			run_one "$n" "$t"
 			report "$t"
 			cleanup_between
