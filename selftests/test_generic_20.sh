@@ -55,6 +55,31 @@ _running() {
 	[ -n "$state" ] && [ "$state" != "Z" ]
 }
 
+# completed reads + writes of device $1
+_ios() {
+	awk '{ print $1 + $5 }' /sys/block/ublkb"$1"/stat 2>/dev/null
+}
+
+# wait up to 30 seconds for I/O beyond $2 completed ones to reach device
+# $1 (requests in flight, or more completed): a slow machine may not have
+# fio going 2 seconds after it started, and a server killed before that
+# tests nothing
+_wait_io() {
+	local dev=$1
+	local before=$2
+	local i r w
+
+	for ((i = 0; i < 300; i++)); do
+		read -r r w < /sys/block/ublkb"$dev"/inflight 2>/dev/null
+		if [ "${r:-0}" -gt 0 ] || [ "${w:-0}" -gt 0 ] ||
+			[ "$(_ios "$dev")" -gt "$before" ]; then
+			return 0
+		fi
+		sleep 0.1
+	done
+	return 1
+}
+
 # wait up to $FIO_EXIT_TIMEOUT seconds for child $1 to exit, return its
 # exit status, or 255 if it is still running
 _wait_exit() {
@@ -82,6 +107,7 @@ _kill_server() {
 	local start
 	local args=()
 	local what
+	local ios
 
 	shift
 	what="server killed, $kind, options '$*'"
@@ -95,11 +121,15 @@ _kill_server() {
 	_check_add_dev "$TID" $?
 	_prep_dev "$what" "$dev_id"
 
+	ios=$(_ios "$dev_id")
 	taskset -c "$SUBMIT_CPU" fio --name=kill --filename=/dev/ublkb"$dev_id" \
 		--rw=randrw --direct=1 --ioengine=libaio --bs=4k --iodepth=64 \
 		--numjobs=1 --size=1G --runtime=20 --time_based \
-		> /dev/null 2>&1 &
+		--allow_file_create=0 > /dev/null 2>&1 &
 	fio_pid=$!
+	if ! _wait_io "$dev_id" "${ios:-0}"; then
+		_fail "$what: no I/O reached device $dev_id within 30s"
+	fi
 	sleep 2
 
 	start=$SECONDS
