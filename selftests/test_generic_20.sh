@@ -61,18 +61,21 @@ _ios() {
 }
 
 # wait up to 30 seconds for I/O beyond $2 completed ones to reach device
-# $1 (requests in flight, or more completed): a slow machine may not have
-# fio going 2 seconds after it started, and a server killed before that
-# tests nothing
+# $1 (requests in flight, or more completed) while fio, pid $3, runs: a
+# slow machine may not have fio going 2 seconds after it started, and a
+# server killed before that tests nothing
 _wait_io() {
 	local dev=$1
 	local before=$2
-	local i r w
+	local fio_pid=$3
+	local i r w n
 
 	for ((i = 0; i < 300; i++)); do
-		read -r r w < /sys/block/ublkb"$dev"/inflight 2>/dev/null
+		_running "$fio_pid" || return 1
+		{ read -r r w < /sys/block/ublkb"$dev"/inflight; } 2>/dev/null
+		n=$(_ios "$dev")
 		if [ "${r:-0}" -gt 0 ] || [ "${w:-0}" -gt 0 ] ||
-			[ "$(_ios "$dev")" -gt "$before" ]; then
+			[ "${n:-0}" -gt "$before" ]; then
 			return 0
 		fi
 		sleep 0.1
@@ -127,10 +130,13 @@ _kill_server() {
 		--numjobs=1 --size=1G --runtime=20 --time_based \
 		--allow_file_create=0 > /dev/null 2>&1 &
 	fio_pid=$!
-	if ! _wait_io "$dev_id" "${ios:-0}"; then
-		_fail "$what: no I/O reached device $dev_id within 30s"
+	if ! _wait_io "$dev_id" "${ios:-0}" "$fio_pid"; then
+		_fail "$what: no I/O from fio reached device $dev_id within 30s"
 	fi
 	sleep 2
+	if ! _running "$fio_pid"; then
+		_fail "$what: fio exited before the server was killed"
+	fi
 
 	start=$SECONDS
 	state=$(__ublk_kill_daemon "$dev_id" "DEAD")
