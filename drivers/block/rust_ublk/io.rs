@@ -39,7 +39,7 @@
 //! as the C driver counts references in `struct ublk_io`, and the last one to let go will end
 //! the request with the result the server committed.
 //!
-//! Requests end in [`finish`]: inline, or, with `UBLK_F_SUPPORT_RQ_AFFINITY`, through
+//! Requests end in [`Served::finish`]: inline, or, with `UBLK_F_SUPPORT_RQ_AFFINITY`, through
 //! `blk_mq_complete_request_remote()` so that the queue's `rq_affinity` picks the CPU. Every way a
 //! request can end goes through it, errors and aborts included.
 
@@ -89,10 +89,18 @@ impl Served {
         Self { rq, len }
     }
 
-    /// Ends the request with the result `error` (0 or a negative errno) and `bytes`, the part
-    /// of it that the server transferred; see [`finish`].
+    /// Records the result of the request and ends it: inline, or through
+    /// `blk_mq_complete_request_remote()` if the queue honours `rq_affinity`.
+    ///
+    /// `error` is 0 or a negative errno; `bytes` is how much of the request the server
+    /// transferred.
     fn finish(self, queue: &Queue, error: i32, bytes: u32) {
-        finish(queue, self.rq, error, bytes);
+        self.rq.data_ref().set(error, bytes);
+        if queue.rq_affinity {
+            Request::complete(self.rq);
+        } else {
+            end_request(self.rq);
+        }
     }
 
     /// Gives the request back to blk-mq, which dispatches it again after [`REQUEUE_DELAY_MS`].
@@ -360,21 +368,7 @@ fn copy_write(rq: &Rq, addr: u64) -> Copy {
     }
 }
 
-/// Records the result of `rq` and ends it: inline, or through `blk_mq_complete_request_remote()`
-/// if the queue honours `rq_affinity`.
-///
-/// `error` is 0 or a negative errno; `bytes` is how much of the request the server transferred.
-/// `rq` must be the only reference to the request, as a [`Served`] that has no holder gives.
-pub(crate) fn finish(queue: &Queue, rq: ARef<Rq>, error: i32, bytes: u32) {
-    rq.data_ref().set(error, bytes);
-    if queue.rq_affinity {
-        Request::complete(rq);
-    } else {
-        end_request(rq);
-    }
-}
-
-/// Ends `rq` with the result that [`finish`] recorded (`ublk_complete_rq()`).
+/// Ends `rq` with the result that [`Served::finish`] recorded (`ublk_complete_rq()`).
 pub(crate) fn end_request(rq: ARef<Rq>) {
     let (error, bytes) = {
         let result = rq.data_ref();
