@@ -728,14 +728,31 @@ impl QueuedIoUringCmd {
         unsafe { read_pdu(self.as_raw()) }
     }
 
+    /// Returns whether `self` and `other` were submitted to the same io_uring instance.
+    ///
+    /// The task work of a command may complete another command with its issue flags only then
+    /// (see [`QueuedIoUringCmd::done`]), for example to complete a batch of commands in one task
+    /// work.
+    #[inline]
+    pub fn same_ring(&self, other: &QueuedIoUringCmd) -> bool {
+        // SAFETY: By the type invariants, both commands are valid.
+        let (this, that) = unsafe {
+            (
+                bindings::io_uring_cmd_ctx_handle(self.as_raw()),
+                bindings::io_uring_cmd_ctx_handle(other.as_raw()),
+            )
+        };
+        this == that
+    }
+
     /// Completes the command with the result `ret`.
     ///
     /// `ret` becomes the `res` field of the completion queue entry: the value for `Ok`, the
     /// negative error code for `Err`.
     ///
     /// `issue_flags` are the flags of the io_uring callback that calls this, which must run for a
-    /// command of the same ring. Completions from other contexts go through
-    /// [`QueuedIoUringCmd::complete_in_task`].
+    /// command of the same ring ([`QueuedIoUringCmd::same_ring`]). Completions from other
+    /// contexts go through [`QueuedIoUringCmd::complete_in_task`].
     pub fn done(self, ret: Result<i32>, issue_flags: IssueFlags<'_>) {
         // SAFETY: By the type invariants, `ptr` is valid.
         let bits = unsafe { issue_flags.bits_for(self.as_raw()) };

@@ -13,6 +13,11 @@
 //!    the server's task ([`deliver`]), after the data of a write is copied to the server's buffer
 //!    (the slot is [`IoState::Delivering`] meanwhile). The slot is then [`IoState::Serving`]: the
 //!    server owns the request.
+//!
+//!    The requests that blk-mq queues together (a plug flushed through `queue_rqs`) reach the
+//!    server's task in one task work per thread and ring ([`Batch`]): the slots of a batch are
+//!    chained by tag, each one naming the next, and the task work of the first command delivers
+//!    them all. The chain lives in the slots, so a batch allocates nothing.
 //! 3. The server handles the request and sends `UBLK_U_IO_COMMIT_AND_FETCH_REQ` with the result
 //!    ([`commit_and_fetch`]): the data of a read is copied from the server's buffer, the request
 //!    ends, and the new command waits for the next request (step 2).
@@ -31,8 +36,9 @@
 //!   request is ever made, so ending it cannot fail.
 //! - The io descriptor of a slot has one writer ([`DescWriter`]), kept in the slot, so writes to
 //!   it are serialised by the slot's lock.
-//! - The server's command is owned by the slot while it waits ([`IoState::Fetched`]), by the task
-//!   work that completes it ([`deliver`]), or by io_uring once it completed.
+//! - The server's command is owned by the slot while it waits ([`IoState::Fetched`]), by a
+//!   dispatched slot that waits for the task work of its batch, by the task work that completes
+//!   it ([`deliver`]), or by io_uring once it completed.
 //!
 //! Zero copy and user copy will let a request be used by more than its slot while the server
 //! serves it (a registered buffer, a copy in flight). They will count those users in the slot,
@@ -126,7 +132,14 @@ pub(crate) enum IoState {
     Fetched(QueuedIoUringCmd),
     /// A request was handed to the server's task, which completes the fetch command
     /// ([`deliver`]).
-    Dispatched(Served),
+    Dispatched {
+        served: Served,
+        /// The fetch command, unless it is the one whose task work delivers the batch that the
+        /// request is part of.
+        cmd: Option<QueuedIoUringCmd>,
+        /// The tag of the next io slot of the batch.
+        next: Option<u16>,
+    },
     /// The server's task copies the data of the request, which it took from the slot.
     Delivering,
     /// The server serves the request (`UBLK_IO_FLAG_OWNED_BY_SRV` in the C driver).
@@ -224,12 +237,59 @@ fn describe(rq: &Rq, addr: u64) -> Option<IoDesc> {
     })
 }
 
-/// Hands `rq` to the server through the fetch command of its io slot (`ublk_queue_rq()`).
-pub(crate) fn dispatch(queue: &Arc<Queue>, rq: ARef<Rq>) {
+/// Requests handed to the same server thread, on the same ring, that reach it in one task work.
+///
+/// The io slots of a batch are [`IoState::Dispatched`], each naming the next; the first one's
+/// fetch command is kept here until the batch is submitted, and its task work delivers them all.
+pub(crate) struct Batch<'a> {
+    queue: &'a Arc<Queue>,
+    /// The fetch command of the first io slot.
+    head: QueuedIoUringCmd,
+    /// The server thread that fetched the io slots; only compared, never dereferenced.
+    task: *const Task,
+    /// The tag of the last io slot.
+    tail: u16,
+}
+
+impl Batch<'_> {
+    /// Whether the request of an io slot whose fetch command is `cmd`, sent by `task`, can reach
+    /// the server in this batch's task work.
+    fn takes(&self, queue: &Arc<Queue>, task: *const Task, cmd: &QueuedIoUringCmd) -> bool {
+        Arc::ptr_eq(self.queue, queue) && self.task == task && self.head.same_ring(cmd)
+    }
+
+    /// Chains the io slot `tag`, dispatched already, after the last one of the batch.
+    fn append(&mut self, tag: u16) {
+        if let Some(tail) = self.queue.slot(self.tail.into()) {
+            match &mut tail.lock().state {
+                IoState::Dispatched { next, .. } => *next = Some(tag),
+                // The batch's task work is not queued yet, so its slots stay dispatched.
+                _ => {
+                    warn_on!(true);
+                }
+            }
+        }
+        self.tail = tag;
+    }
+
+    /// Hands the batch to the server's task.
+    pub(crate) fn submit(self) {
+        self.head.complete_in_task_with(self.queue.clone(), deliver);
+    }
+}
+
+/// Hands `rq` to the server through the fetch command of its io slot (`ublk_queue_rq()`,
+/// `ublk_queue_rqs()`).
+///
+/// The request goes in `batch` if it can, or starts a new batch, and the one it replaces is
+/// submitted. The caller submits the last batch.
+pub(crate) fn dispatch<'a>(queue: &'a Arc<Queue>, rq: ARef<Rq>, batch: &mut Option<Batch<'a>>) {
     let served = Served::new(rq);
     let Some(slot) = queue.slot(served.tag() as usize) else {
         return served.finish(queue, EIO.to_errno(), 0);
     };
+    // CAST: tags are below the depth of the queue, a `u16`.
+    let tag = served.tag() as u16;
     let mut io = slot.lock();
     if queue.state() != QueueState::Serving {
         drop(io);
@@ -249,40 +309,105 @@ pub(crate) fn dispatch(queue: &Arc<Queue>, rq: ARef<Rq>) {
         }
     };
     io.desc.write(&desc);
-    io.state = IoState::Dispatched(served);
-    drop(io);
+    let task = io
+        .task
+        .as_deref()
+        .map_or(core::ptr::null(), core::ptr::from_ref);
 
-    cmd.complete_in_task_with(queue.clone(), deliver);
-}
-
-/// Completes the fetch command of a request in the server's task, after copying the data of a
-/// write to the server's buffer (`ublk_dispatch_req()`).
-fn deliver(cmd: QueuedIoUringCmd, queue: Arc<Queue>, issue_flags: IssueFlags<'_>) {
-    let Some(slot) = queue.slot(pdu_tag(cmd.read_pdu())) else {
-        return cmd.done(Err(RES_ABORT), issue_flags);
-    };
-    // The server's task is exiting: the request cannot be served, and fails.
-    let canceled = issue_flags.is_task_work_canceled();
-    let (mut served, addr) = {
-        let mut io = slot.lock();
-        match io.take() {
-            // No data to copy: the server gets the request at once.
-            IoState::Dispatched(served) if !canceled && served.op() != ReqOp::Write => {
-                io.state = IoState::Serving(served);
-                drop(io);
-                return cmd.done(Ok(0), issue_flags);
-            }
-            IoState::Dispatched(served) => {
-                io.state = IoState::Delivering;
-                (served, io.addr)
-            }
-            other => {
-                // Only `dispatch` hands a command to this function, with the slot dispatched.
-                io.state = other;
-                drop(io);
-                return cmd.done(Err(RES_ABORT), issue_flags);
+    match batch {
+        Some(b) if b.takes(queue, task, &cmd) => {
+            io.state = IoState::Dispatched {
+                served,
+                cmd: Some(cmd),
+                next: None,
+            };
+            drop(io);
+            b.append(tag);
+        }
+        _ => {
+            io.state = IoState::Dispatched {
+                served,
+                cmd: None,
+                next: None,
+            };
+            drop(io);
+            let full = batch.replace(Batch {
+                queue,
+                head: cmd,
+                task,
+                tail: tag,
+            });
+            if let Some(full) = full {
+                full.submit();
             }
         }
+    }
+}
+
+/// Completes the fetch commands of a batch of requests in the server's task, after copying the
+/// data of writes to the server's buffers (`ublk_dispatch_req()`).
+///
+/// `head` is the fetch command of the first io slot of the batch.
+fn deliver(head: QueuedIoUringCmd, queue: Arc<Queue>, issue_flags: IssueFlags<'_>) {
+    let mut tag = pdu_tag(head.read_pdu());
+    let mut head = Some(head);
+    while let Some(slot) = queue.slot(tag) {
+        match deliver_one(&queue, slot, &mut head, issue_flags) {
+            Some(next) => tag = next.into(),
+            None => break,
+        }
+    }
+    // Only `dispatch` hands a command to this function, with its slot at the head of a chain of
+    // dispatched slots, which takes it.
+    if let Some(head) = head {
+        warn_on!(true);
+        head.done(Err(RES_ABORT), issue_flags);
+    }
+}
+
+/// Delivers the request of a dispatched io slot of a batch, and returns the tag of the next one.
+///
+/// `head` is the fetch command of the first slot of the batch until that slot takes it.
+fn deliver_one(
+    queue: &Queue,
+    slot: &Slot,
+    head: &mut Option<QueuedIoUringCmd>,
+    issue_flags: IssueFlags<'_>,
+) -> Option<u16> {
+    // The server's task is exiting: the request cannot be served, and fails.
+    let canceled = issue_flags.is_task_work_canceled();
+    let (cmd, mut served, addr, next) = {
+        let mut io = slot.lock();
+        let (served, cmd, next) = match io.take() {
+            IoState::Dispatched { served, cmd, next } => match cmd.or_else(|| head.take()) {
+                Some(cmd) => (served, cmd, next),
+                None => {
+                    // Only the first slot of a batch has no command of its own.
+                    io.state = IoState::Dispatched {
+                        served,
+                        cmd: None,
+                        next,
+                    };
+                    warn_on!(true);
+                    return None;
+                }
+            },
+            other => {
+                // A batch is a chain of dispatched slots.
+                io.state = other;
+                warn_on!(true);
+                return None;
+            }
+        };
+        if !canceled && served.op() != ReqOp::Write {
+            // No data to copy: the server gets the request at once.
+            io.state = IoState::Serving(served);
+            drop(io);
+            cmd.done(Ok(0), issue_flags);
+            return next;
+        }
+        io.state = IoState::Delivering;
+        (cmd, served, io.addr, next)
     };
 
     let copy = if canceled {
@@ -324,9 +449,10 @@ fn deliver(cmd: QueuedIoUringCmd, queue: Arc<Queue>, issue_flags: IssueFlags<'_>
             if let Some(cmd) = cmd {
                 cmd.done(Err(RES_ABORT), issue_flags);
             }
-            served.finish(&queue, EIO.to_errno(), 0);
+            served.finish(queue, EIO.to_errno(), 0);
         }
     }
+    next
 }
 
 /// How much of a write's data [`copy_write`] copied to the server's buffer.

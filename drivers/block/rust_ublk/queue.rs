@@ -12,10 +12,13 @@ use crate::{
     iodesc::{self, DescPages},
 };
 use kernel::{
-    block::mq::{
-        self,
-        tag_set::{Flag, Flags},
-        Request, TagSet,
+    block::{
+        mq::{
+            self,
+            tag_set::{Flag, Flags},
+            Request, RqList, TagSet,
+        },
+        BlkStatus,
     },
     new_spinlock,
     prelude::*,
@@ -24,6 +27,7 @@ use kernel::{
         atomic::{Atomic, AtomicType, Relaxed},
         Arc, ArcBorrow, SpinLock,
     },
+    warn_on,
 };
 
 /// The blk-mq operations of a ublk device.
@@ -210,8 +214,30 @@ impl mq::Operations for DiskOps {
 
     fn queue_rq(queues: ArcBorrow<'_, Queues>, rq: ARef<Rq>, _is_last: bool) -> Result {
         let queue = queues.get(rq.queue_index() as usize)?;
-        io::dispatch(queue, rq);
+        let mut batch = None;
+        io::dispatch(queue, rq, &mut batch);
+        if let Some(batch) = batch {
+            batch.submit();
+        }
         Ok(())
+    }
+
+    fn queue_rqs(queues: ArcBorrow<'_, Queues>, rqs: &mut RqList<'_, Self>) {
+        let queues = &*queues;
+        let mut batch = None;
+        for rq in rqs {
+            match queues.get(rq.queue_index() as usize) {
+                Ok(queue) => io::dispatch(queue, rq, &mut batch),
+                // The tag set has a hardware queue per ublk queue.
+                Err(_) => {
+                    warn_on!(true);
+                    let _ = Request::end(rq, BlkStatus::from(EIO));
+                }
+            }
+        }
+        if let Some(batch) = batch {
+            batch.submit();
+        }
     }
 
     fn commit_rqs(_queues: ArcBorrow<'_, Queues>) {}
