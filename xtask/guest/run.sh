@@ -123,6 +123,37 @@ cleanup_between() {
 	rm -rf /tmp/ublk* /run/ublksrvd 2>/dev/null
 }
 
+# keep_nodes: while tests share the guest, a test that removes a device
+# under a running fio (the stress tests do) can leave a regular file at
+# /dev/ublkbN: fio opens the path again and creates it. That file takes the
+# place of the node devtmpfs makes for the next device with that number,
+# and a test beside it then writes to the file instead of its disk. Every
+# half second, replace such files with the node of the device that has the
+# name now, or remove them. cleanup_between does the same once none runs.
+keep_nodes() {
+	local f name dev type
+	while sleep 0.5; do
+		for f in /dev/ublkc* /dev/ublkb*; do
+			[ -f "$f" ] || continue
+			name=${f##*/}
+			rm -f "$f"
+			if [ -r "/sys/class/block/$name/dev" ]; then
+				dev=$(cat "/sys/class/block/$name/dev") type=b
+			elif [ -r "/sys/class/ublk-char/$name/dev" ]; then
+				dev=$(cat "/sys/class/ublk-char/$name/dev") type=c
+			elif [ -r "/sys/class/misc/$name/dev" ]; then
+				# The Rust driver's /dev/ublkcN is a misc device.
+				dev=$(cat "/sys/class/misc/$name/dev") type=c
+			else
+				say "removed stale file $f"
+				continue
+			fi
+			mknod -m 660 "$f" "$type" "${dev%%:*}" "${dev##*:}" &&
+				say "replaced stale file $f with the node of its device"
+		done
+	done
+}
+
 # Why a test exited with the skip code: its last line of output, or else
 # the check it ran last (from the xtrace), e.g. a missing program.
 skip_reason() {
@@ -225,8 +256,10 @@ group_busy() {
 # tests.txt: one test per line, "<test> <sharing>", where <sharing> is
 # "any" (may run beside any test), "alone" (runs with no other test), or
 # a group name (runs beside any test but those of its group). Tests start
-# in list order; up to $JOBS run at once. Leftover servers and devices are
-# cleaned up whenever no test runs.
+# in list order, up to $JOBS at once, except that a test whose group is
+# busy lets the tests after it start first (never past a test that runs
+# alone). Leftover servers and devices are cleaned up whenever no test
+# runs.
 run_selftests() {
 	local n=0 total t share
 	local -a tests=() shares=()
@@ -238,12 +271,20 @@ run_selftests() {
 	total=${#tests[@]}
 	export JOBS=${JOBS:-1}
 	mkdir -p "$JOB/logs"
+	local keeper=
+	if [ "$JOBS" -gt 1 ]; then
+		keep_nodes &
+		keeper=$!
+	fi
 	{
 		echo "KTAP version 1"
 		echo "1..$total"
 	} | tee "$JOB/results.ktap"
-	for i in "${!tests[@]}"; do
-		n=$((i + 1))
+	# Indices of the tests not started yet, in list order.
+	local -a waiting=("${!tests[@]}")
+	local i j k pick
+	while [ "${#waiting[@]}" -gt 0 ]; do
+		i=${waiting[0]}
 		t=${tests[$i]}
 		share=${shares[$i]}
 		if [ "$JOBS" -le 1 ] || [ "$share" = alone ]; then
@@ -253,20 +294,38 @@ run_selftests() {
 				reap_all
 				cleanup_between
 			fi
-			run_one "$n" "$t"
+			run_one "$((i + 1))" "$t"
 			report "$t"
 			cleanup_between
+			waiting=("${waiting[@]:1}")
 			continue
 		fi
-		GROUP_OF[$t]=$share
-		while [ "${#RUNNING[@]}" -ge "$JOBS" ] ||
-			{ [ "$share" != any ] && group_busy "$share"; }; do
-			reap_one
+		# The first waiting test that may start beside those running: one
+		# whose group is busy lets the next ones go first, but no test
+		# passes one that runs alone.
+		pick=
+		for k in "${!waiting[@]}"; do
+			j=${waiting[$k]}
+			[ "${shares[$j]}" = alone ] && break
+			if [ "${shares[$j]}" = any ] || ! group_busy "${shares[$j]}"; then
+				pick=$k
+				break
+			fi
 		done
-		run_one "$n" "$t" &
+		if [ "${#RUNNING[@]}" -ge "$JOBS" ] || [ -z "$pick" ]; then
+			reap_one
+			continue
+		fi
+		j=${waiting[$pick]}
+		unset "waiting[$pick]"
+		waiting=("${waiting[@]}")
+		t=${tests[$j]}
+		GROUP_OF[$t]=${shares[$j]}
+		run_one "$((j + 1))" "$t" &
 		RUNNING[$!]=$t
 	done
 	reap_all
+	[ -n "$keeper" ] && kill "$keeper" 2>/dev/null
 	cleanup_between
 }
 

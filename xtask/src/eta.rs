@@ -79,6 +79,12 @@ impl Eta {
         self.last.get(test).copied().unwrap_or(self.median)
     }
 
+    /// How long `test` took in the newest run that has it, or the median
+    /// of the tests that were timed.
+    pub fn seconds(&self, test: &str) -> f64 {
+        self.secs(test)
+    }
+
     /// Records that a guest ran for `elapsed`.
     pub fn boot_ended(&mut self, elapsed: Duration) {
         self.tested += elapsed;

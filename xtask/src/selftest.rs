@@ -438,8 +438,15 @@ pub fn run(opts: &SelftestOpts) -> Result<bool> {
                 total: left,
                 stall: Some(Duration::from_secs(opts.test_timeout + 120)),
             };
+            // Tests that share the guest start longest first; one at a
+            // time, in name order.
+            let order = if opts.parallel > 1 {
+                crate::sharing::order(&suite, |t| eta.seconds(&format!("{prefix}{t}")))
+            } else {
+                suite.clone()
+            };
             let mode = Mode::Selftest {
-                tests: suite.clone(),
+                tests: order.clone(),
                 test_timeout_s: opts.test_timeout,
                 jobs: opts.parallel,
             };
@@ -457,7 +464,7 @@ pub fn run(opts: &SelftestOpts) -> Result<bool> {
                 outcome.ending,
                 outcome.last_started.as_deref().unwrap_or("none")
             ));
-            results.extend(suite_results(&job, &outcome, &suite, &prefix));
+            results.extend(suite_results(&job, &outcome, &order, &prefix));
             job_dirs.push(job.dir);
         }
     }

@@ -90,6 +90,18 @@ pub fn reason(test: &str) -> Option<&'static str> {
     }
 }
 
+/// The order in which tests that share the guest start: those that run
+/// alone first, one after the other, then the others, longest first (by
+/// `secs`, the time each took last), so that the longest do not start last
+/// and leave the guest's other slot idle at the end of the run.
+pub fn order(tests: &[String], secs: impl Fn(&str) -> f64) -> Vec<String> {
+    let (mut ordered, mut shared): (Vec<String>, Vec<String>) =
+        tests.iter().cloned().partition(|t| of(t) == Sharing::Alone);
+    shared.sort_by(|a, b| secs(b).total_cmp(&secs(a)));
+    ordered.extend(shared);
+    ordered
+}
+
 /// The lines of the guest's tests.txt: `<test> <sharing>`.
 pub fn tests_txt(tests: &[String]) -> String {
     tests
@@ -116,6 +128,23 @@ mod tests {
         assert_eq!(
             tests_txt(&t),
             "test_loop_01.sh any\ntest_part_03.sh alone\n"
+        );
+    }
+
+    #[test]
+    fn alone_first_then_longest_first() {
+        let t: Vec<String> = ["test_a.sh", "test_part_03.sh", "test_b.sh", "test_c.sh"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let secs = |t: &str| match t {
+            "test_a.sh" => 5.0,
+            "test_b.sh" => 50.0,
+            _ => 20.0,
+        };
+        assert_eq!(
+            order(&t, secs),
+            ["test_part_03.sh", "test_b.sh", "test_c.sh", "test_a.sh"]
         );
     }
 
