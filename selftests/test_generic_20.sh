@@ -47,6 +47,13 @@ _prep_dev() {
 	fi
 }
 
+# the disk sequence number of /dev/ublkb$1: unlike the device number, it
+# is never reused, so it tells this disk from a device of the same number
+# that a test running beside this one added after it was deleted
+_diskseq() {
+	cat /sys/block/ublkb"$1"/diskseq 2>/dev/null
+}
+
 # is process $1 still running (and not just waiting to be reaped)?
 _running() {
 	local state
@@ -111,6 +118,7 @@ _kill_server() {
 	local args=()
 	local what
 	local ios
+	local seq
 
 	shift
 	what="server killed, $kind, options '$*'"
@@ -123,6 +131,7 @@ _kill_server() {
 	dev_id=$(_add_ublk_dev "${args[@]}" --rq_affinity "$@")
 	_check_add_dev "$TID" $?
 	_prep_dev "$what" "$dev_id"
+	seq=$(_diskseq "$dev_id")
 
 	ios=$(_ios "$dev_id")
 	taskset -c "$SUBMIT_CPU" fio --name=kill --filename=/dev/ublkb"$dev_id" \
@@ -164,8 +173,9 @@ _kill_server() {
 	if [ -e /dev/ublkb"$dev_id" ] && [ ! -b /dev/ublkb"$dev_id" ]; then
 		# fio re-created the node as a regular file, don't leave it
 		rm -f /dev/ublkb"$dev_id"
-	elif [ -b /dev/ublkb"$dev_id" ]; then
-		_fail "$what: /dev/ublkb$dev_id still exists after deleting the device"
+	fi
+	if [ -n "$seq" ] && [ "$(_diskseq "$dev_id")" = "$seq" ]; then
+		_fail "$what: /dev/ublkb$dev_id (diskseq $seq) still exists after deleting the device"
 	fi
 }
 

@@ -63,6 +63,12 @@ const GROUPS: &[(&str, &str, &str)] = &[
         // Two at once took stress_04 from 56 s to 261 s, near the timeout.
         "keeps both CPUs busy; one stress test at a time",
     ),
+    (
+        "test_generic_20.sh",
+        "stress",
+        // Beside stress_04 it timed out deleting a recovered device (60 s).
+        "kills servers under I/O with time bounds; not beside a stress test",
+    ),
 ];
 
 fn group(test: &str) -> Option<&'static (&'static str, &'static str, &'static str)> {
@@ -120,6 +126,7 @@ mod tests {
         assert_eq!(of("test_rublk_null.sh"), Sharing::Alone);
         assert_eq!(of("test_shmemzc_02.sh"), Sharing::Group("hugepages"));
         assert_eq!(of("test_loop_01.sh"), Sharing::Any);
+        assert_eq!(of("test_generic_20.sh"), Sharing::Group("stress"));
     }
 
     #[test]

@@ -241,6 +241,7 @@ fn describe(rq: &Rq, addr: u64) -> Option<IoDesc> {
 ///
 /// The io slots of a batch are [`IoState::Dispatched`], each naming the next; the first one's
 /// fetch command is kept here until the batch is submitted, and its task work delivers them all.
+#[must_use = "the first io slot of a batch waits until the batch is submitted"]
 pub(crate) struct Batch<'a> {
     queue: &'a Arc<Queue>,
     /// The fetch command of the first io slot.
@@ -437,9 +438,11 @@ fn deliver_one(
             served.requeue();
         }
         _ => {
-            // The request fails, and so does the command, unless the task exits; then it is
-            // left to the cancellation of the server's commands.
+            // The request fails. The command waits for the next request, unless the server's
+            // task exits: then it completes with `UBLK_IO_RES_ABORT`, and the slot is free for
+            // the next server to fetch.
             let cmd = if canceled {
+                io.state = IoState::Idle;
                 Some(cmd)
             } else {
                 io.state = IoState::Fetched(cmd);

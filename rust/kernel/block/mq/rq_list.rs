@@ -16,8 +16,13 @@ use core::marker::PhantomData;
 ///
 /// Iterating over the list takes the requests out of it, in the order they were queued, and
 /// starts them: each one is then the driver's, exactly as a request passed to
-/// [`Operations::queue_rq`]. The requests that are left in the list when `queue_rqs` returns are
-/// queued one at a time with [`Operations::queue_rq`].
+/// [`Operations::queue_rq`], and the driver must end it. The requests that are left in the list
+/// when `queue_rqs` returns are queued one at a time with [`Operations::queue_rq`].
+///
+/// A request cannot be given back once it was taken: iterator adaptors that drop the items they
+/// skip (`find`, `nth`, `zip`, ...) would leave those requests started and never ended. Take the
+/// requests with a `for` loop or [`Iterator::next`], and stop taking them to leave the rest to
+/// `queue_rq`.
 ///
 /// # Invariants
 ///
