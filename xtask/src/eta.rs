@@ -105,7 +105,10 @@ impl Eta {
             .filter(|t| !self.done.contains(*t))
             .map(|t| self.secs(t))
             .sum();
-        if self.done_secs < 1.0 {
+        // The first tests say little about the pace (the guest's boot is in
+        // their time): no estimate before 5% of the run is done.
+        let total = self.done_secs + left;
+        if self.done_secs < 1.0 || self.done_secs < total * 0.05 {
             return None;
         }
         let scale = elapsed.as_secs_f64() / self.done_secs;
@@ -156,6 +159,14 @@ mod tests {
         // would give 20 s for 30 s.
         let left = eta.finished("r/a.sh", Duration::from_secs(20)).unwrap();
         assert_eq!(left.as_secs(), 20);
+    }
+
+    #[test]
+    fn no_estimate_from_the_first_short_tests() {
+        let old = report("ok 1 a.sh # time=1.0s\nok 2 b.sh # time=99.0s\n");
+        let mut eta = Eta::from_reports([old].into_iter(), vec!["a.sh".into(), "b.sh".into()]);
+        // a took 1 s of 100: its 20 s (mostly the boot) would give 33 min.
+        assert_eq!(eta.finished("a.sh", Duration::from_secs(20)), None);
     }
 
     #[test]

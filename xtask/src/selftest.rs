@@ -43,11 +43,11 @@ pub struct SelftestOpts {
     /// Per-test timeout in the guest, seconds.
     #[arg(long, default_value_t = 300)]
     pub test_timeout: u64,
-    /// How many tests may run at once in a guest (default 1: one after the
-    /// other, what CI runs).
+    /// How many tests may run at once in a guest (default 2, what CI runs;
+    /// 1: one after the other, in name order).
     /// Tests that change what others see run alone whatever this says
     /// (`--list` shows which and why).
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=8))]
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8))]
     pub parallel: u32,
     /// Limit for the whole run (all boots), seconds.
     #[arg(long, default_value_t = 75 * 60)]
