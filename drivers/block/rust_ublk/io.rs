@@ -25,11 +25,13 @@
 //! # Who owns what
 //!
 //! - An io slot is its own lock ([`Slot`]); there is no lock over a queue. The slot of a tag is
-//!   only taken by the request of that tag (in `queue_rq`, at most one at a time, since blk-mq
-//!   hands a tag to one request at a time), by the server thread that fetched the slot (its
-//!   commands and their task work), and by the paths that tear the queue down. Requests of
-//!   different tags, and so submitters on different CPUs, never take the same lock.
-//! - A request has exactly one owner from `queue_rq` until it ends: a [`Served`] value, which is
+//!   only taken by the request of that tag (in `queue_rq` or `queue_rqs`, at most one at a time,
+//!   since blk-mq hands a tag to one request at a time), by the next request of its batch, which
+//!   links it ([`Batch`]), by the server thread that fetched the slot (its commands and their
+//!   task work), and by the paths that tear the queue down. Requests of different tags, and so
+//!   submitters on different CPUs, never take the same lock, but for that link within a plug.
+//! - A request has exactly one owner from `queue_rq` or `queue_rqs` until it ends: a [`Served`]
+//!   value, which is
 //!   not `Clone`. It is kept in the slot, or moved out of it by the one function that works on it
 //!   without the lock (the copy of a write's data in [`deliver`], the copy of a read's data in
 //!   [`commit_and_fetch`]), and it is consumed by ending the request. No other reference to the
@@ -37,8 +39,9 @@
 //! - The io descriptor of a slot has one writer ([`DescWriter`]), kept in the slot, so writes to
 //!   it are serialised by the slot's lock.
 //! - The server's command is owned by the slot while it waits ([`IoState::Fetched`]), by a
-//!   dispatched slot that waits for the task work of its batch, by the task work that completes
-//!   it ([`deliver`]), or by io_uring once it completed.
+//!   dispatched slot that waits for the task work of its batch, by the [`Batch`] whose first
+//!   command it is until the batch is submitted, by the task work that completes it
+//!   ([`deliver`]), or by io_uring once it completed.
 //!
 //! Zero copy and user copy will let a request be used by more than its slot while the server
 //! serves it (a registered buffer, a copy in flight). They will count those users in the slot,
@@ -47,7 +50,8 @@
 //!
 //! Requests end in [`Served::finish`]: inline, or, with `UBLK_F_SUPPORT_RQ_AFFINITY`, through
 //! `blk_mq_complete_request_remote()` so that the queue's `rq_affinity` picks the CPU. Every way a
-//! request can end goes through it, errors and aborts included.
+//! request can end goes through it, errors and aborts included (but for a request of a hardware
+//! queue that the device does not have, which cannot happen).
 
 use crate::{
     chardev::Cmd,
@@ -90,8 +94,8 @@ pub(crate) struct Served {
 impl Served {
     fn new(rq: ARef<Rq>) -> Self {
         let len = rq.nr_bytes();
-        // INVARIANT: `rq` is the reference that blk-mq passed to `queue_rq`, which the driver
-        // never duplicates.
+        // INVARIANT: `rq` is the reference that blk-mq passed to `queue_rq` or that `queue_rqs`
+        // took from its list, which the driver never duplicates.
         Self { rq, len }
     }
 

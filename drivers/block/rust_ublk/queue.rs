@@ -229,9 +229,10 @@ impl mq::Operations for DiskOps {
             match queues.get(rq.queue_index() as usize) {
                 Ok(queue) => io::dispatch(queue, rq, &mut batch),
                 // The tag set has a hardware queue per ublk queue.
-                Err(_) => {
+                Err(e) => {
                     warn_on!(true);
-                    let _ = Request::end(rq, BlkStatus::from(EIO));
+                    // `rq` is the only reference to the request: this does not fail.
+                    warn_on!(Request::end(rq, BlkStatus::from(e)).is_err());
                 }
             }
         }
