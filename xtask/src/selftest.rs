@@ -40,18 +40,39 @@ pub struct SelftestOpts {
     /// A quick subset for iteration.
     #[arg(long)]
     pub quick: bool,
-    /// Per-test timeout in the guest, seconds.
-    #[arg(long, default_value_t = 300)]
-    pub test_timeout: u64,
+    /// Per-test timeout in the guest, seconds [default: 300; 900 with
+    /// `--config debug`, whose KASAN kernel runs the tests 3 to 10 times
+    /// slower under TCG].
+    #[arg(long)]
+    pub test_timeout: Option<u64>,
     /// How many tests may run at once in a guest (default 2, what CI runs;
     /// 1: one after the other, in name order).
     /// Tests that change what others see run alone whatever this says
     /// (`--list` shows which and why).
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8))]
     pub parallel: u32,
-    /// Limit for the whole run (all boots), seconds.
-    #[arg(long, default_value_t = 75 * 60)]
-    pub timeout: u64,
+    /// Limit for the whole run (all boots), seconds [default: 4500; 10800
+    /// with `--config debug`].
+    #[arg(long)]
+    pub timeout: Option<u64>,
+}
+
+impl SelftestOpts {
+    fn debug(&self) -> bool {
+        self.kernel.flavour == crate::pipeline::Flavour::Debug
+    }
+
+    /// The per-test timeout, seconds.
+    pub fn test_timeout(&self) -> u64 {
+        self.test_timeout
+            .unwrap_or(if self.debug() { 900 } else { 300 })
+    }
+
+    /// The limit for the whole run, seconds.
+    pub fn timeout(&self) -> u64 {
+        self.timeout
+            .unwrap_or(if self.debug() { 3 * 3600 } else { 75 * 60 })
+    }
 }
 
 /// Harness self-checks: boots that must be reported as failures.
@@ -424,19 +445,19 @@ pub fn run(opts: &SelftestOpts) -> Result<bool> {
     if !suite.is_empty() {
         for d in &drivers {
             let prefix = prefix_of(d);
-            let left = Duration::from_secs(opts.timeout).saturating_sub(run_start.elapsed());
+            let left = Duration::from_secs(opts.timeout()).saturating_sub(run_start.elapsed());
             phase(format!(
                 "booting {} guest with the {} driver: {} tests, up to {} at once, per-test timeout {}s, {} left",
                 accel,
                 d.name(),
                 suite.len(),
                 opts.parallel,
-                opts.test_timeout,
+                opts.test_timeout(),
                 fmt_duration(left)
             ));
             let limits = Limits {
                 total: left,
-                stall: Some(Duration::from_secs(opts.test_timeout + 120)),
+                stall: Some(Duration::from_secs(opts.test_timeout() + 120)),
             };
             // Tests that share the guest start longest first; one at a
             // time, in name order.
@@ -447,7 +468,7 @@ pub fn run(opts: &SelftestOpts) -> Result<bool> {
             };
             let mode = Mode::Selftest {
                 tests: order.clone(),
-                test_timeout_s: opts.test_timeout,
+                test_timeout_s: opts.test_timeout(),
                 jobs: opts.parallel,
             };
             let name = format!("selftest-{}", d.name());
@@ -495,6 +516,27 @@ pub fn run(opts: &SelftestOpts) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_kernel_gets_longer_timeouts() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            opts: SelftestOpts,
+        }
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("selftest").chain(args.iter().copied()))
+                .unwrap()
+                .opts
+        };
+        let o = parse(&[]);
+        assert_eq!((o.test_timeout(), o.timeout(), o.parallel), (300, 4500, 2));
+        let o = parse(&["--config", "debug"]);
+        assert_eq!((o.test_timeout(), o.timeout()), (900, 10800));
+        let o = parse(&["--config", "debug", "--test-timeout", "60"]);
+        assert_eq!(o.test_timeout(), 60);
+    }
 
     fn names(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
