@@ -75,14 +75,10 @@ impl Eta {
         }
     }
 
-    fn secs(&self, test: &str) -> f64 {
-        self.last.get(test).copied().unwrap_or(self.median)
-    }
-
     /// How long `test` took in the newest run that has it, or the median
     /// of the tests that were timed.
-    pub fn seconds(&self, test: &str) -> f64 {
-        self.secs(test)
+    pub fn secs(&self, test: &str) -> f64 {
+        self.last.get(test).copied().unwrap_or(self.median)
     }
 
     /// Records that a guest ran for `elapsed`.

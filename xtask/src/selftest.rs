@@ -462,7 +462,7 @@ pub fn run(opts: &SelftestOpts) -> Result<bool> {
             // Tests that share the guest start longest first; one at a
             // time, in name order.
             let order = if opts.parallel > 1 {
-                crate::sharing::order(&suite, |t| eta.seconds(&format!("{prefix}{t}")))
+                crate::sharing::order(&suite, |t| eta.secs(&format!("{prefix}{t}")))
             } else {
                 suite.clone()
             };

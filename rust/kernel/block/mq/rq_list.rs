@@ -104,20 +104,8 @@ impl<T: Operations> Iterator for RqList<'_, T> {
         }
 
         // SAFETY: By the type invariants, `rq` is an initialized request of a tag set with the
-        // operations `T`, so its private data is a `RequestDataWrapper<T>`. It is out of the list
-        // now and owned by the driver, so nothing else accesses its refcount.
-        let wrapper = unsafe { Request::<T>::wrapper_ptr(rq.cast()).as_ref() };
-        // One refcount for the `ARef`, one for being in flight, as in `queue_rq`.
-        wrapper.refcount().set(2);
-
-        // SAFETY:
-        // - The refcount set above is owned by the `ARef`.
-        // - By the type invariants, `rq` is a valid, initialized request of a tag set with the
-        //   operations `T`, which stays alive until the driver ends it.
-        let rq = unsafe { Request::aref_from_raw(rq) };
-
-        // SAFETY: The driver owns the request exclusively: the refcount is 2, set above.
-        unsafe { Request::start_unchecked(&rq) };
+        // operations `T`, and the driver's now that it is out of the list.
+        let rq = unsafe { Request::start_owned(rq) };
         Some(rq)
     }
 }
