@@ -105,53 +105,50 @@ load_driver() {
 	return 0
 }
 
-# Between tests: kill leftover servers, delete leftover devices and remove
-# regular files that fio or dd left at /dev/ublk* paths after a device went
-# away (they would shadow the next device node of that id).
+# fix_nodes: entries at /dev/ublk[bc]* that are not device nodes were left
+# by fio or dd after a device went away (fio opens the path again and
+# creates a regular file). Such a file takes the place of the node devtmpfs
+# makes for the next device with that number, and a test then writes to the
+# file instead of its disk. Replace each with the node of the device that
+# has the name now, or remove it.
+fix_nodes() {
+	local f name dev type
+	for f in /dev/ublkc* /dev/ublkb*; do
+		[ -e "$f" ] || continue
+		[ -b "$f" ] || [ -c "$f" ] && continue
+		name=${f##*/}
+		rm -rf "$f"
+		if [ -r "/sys/class/block/$name/dev" ]; then
+			dev=$(cat "/sys/class/block/$name/dev") type=b
+		elif [ -r "/sys/class/ublk-char/$name/dev" ]; then
+			dev=$(cat "/sys/class/ublk-char/$name/dev") type=c
+		elif [ -r "/sys/class/misc/$name/dev" ]; then
+			# The Rust driver's /dev/ublkcN is a misc device.
+			dev=$(cat "/sys/class/misc/$name/dev") type=c
+		else
+			say "removed stale file $f"
+			continue
+		fi
+		mknod -m 660 "$f" "$type" "${dev%%:*}" "${dev##*:}" &&
+			say "replaced stale file $f with the node of its device"
+	done
+}
+
+# keep_nodes: fix_nodes every half second while tests share the guest.
+keep_nodes() {
+	while sleep 0.5; do
+		fix_nodes
+	done
+}
+
+# Between tests: kill leftover servers, fix the /dev/ublk* entries and
+# delete leftover devices.
 cleanup_between() {
 	pkill -9 -x kublk 2>/dev/null
 	pkill -9 -x rublk 2>/dev/null
-	local f
-	for f in /dev/ublkc* /dev/ublkb*; do
-		[ -e "$f" ] || continue
-		if [ ! -b "$f" ] && [ ! -c "$f" ]; then
-			say "removing stale non-device file $f"
-			rm -rf "$f"
-		fi
-	done
+	fix_nodes
 	"$SELFTESTS/kublk" del -a >/dev/null 2>&1
 	rm -rf /tmp/ublk* /run/ublksrvd 2>/dev/null
-}
-
-# keep_nodes: while tests share the guest, a test that removes a device
-# under a running fio (the stress tests do) can leave a regular file at
-# /dev/ublkbN: fio opens the path again and creates it. That file takes the
-# place of the node devtmpfs makes for the next device with that number,
-# and a test beside it then writes to the file instead of its disk. Every
-# half second, replace such files with the node of the device that has the
-# name now, or remove them. cleanup_between does the same once none runs.
-keep_nodes() {
-	local f name dev type
-	while sleep 0.5; do
-		for f in /dev/ublkc* /dev/ublkb*; do
-			[ -f "$f" ] || continue
-			name=${f##*/}
-			rm -f "$f"
-			if [ -r "/sys/class/block/$name/dev" ]; then
-				dev=$(cat "/sys/class/block/$name/dev") type=b
-			elif [ -r "/sys/class/ublk-char/$name/dev" ]; then
-				dev=$(cat "/sys/class/ublk-char/$name/dev") type=c
-			elif [ -r "/sys/class/misc/$name/dev" ]; then
-				# The Rust driver's /dev/ublkcN is a misc device.
-				dev=$(cat "/sys/class/misc/$name/dev") type=c
-			else
-				say "removed stale file $f"
-				continue
-			fi
-			mknod -m 660 "$f" "$type" "${dev%%:*}" "${dev##*:}" &&
-				say "replaced stale file $f with the node of its device"
-		done
-	done
 }
 
 # Why a test exited with the skip code: its last line of output, or else
