@@ -272,13 +272,14 @@ impl<'a> IssueFlags<'a> {
     /// Returns whether the ring uses 128-byte SQEs (`IO_URING_F_SQE128`).
     ///
     /// The command payload then has [`CMD128_SIZE`] bytes instead of [`CMD_SIZE`].
+    #[inline]
     pub fn is_sqe128(self) -> bool {
         self.bits & F_SQE128 != 0
     }
 
     /// Returns whether io_uring is cancelling a command (`IO_URING_F_CANCEL`).
     #[inline]
-    pub fn is_cancel(self) -> bool {
+    fn is_cancel(self) -> bool {
         self.bits & F_CANCEL != 0
     }
 
@@ -402,18 +403,10 @@ impl<'a, F: CmdFile> IoUringCmd<'a, F> {
         unsafe { (*self.as_raw()).cmd_op }
     }
 
-    /// Returns the flags of the command (`sqe->uring_cmd_flags`, `IORING_URING_CMD_*`).
-    #[inline]
-    pub fn flags(&self) -> u32 {
-        // SAFETY: By the type invariants, `ptr` is valid and the command is not queued yet, so
-        // io_uring does not change its flags concurrently.
-        unsafe { (*self.as_raw()).flags }
-    }
-
     /// Returns the size of the command payload: [`CMD128_SIZE`] for rings with 128-byte SQEs,
     /// [`CMD_SIZE`] otherwise.
     #[inline]
-    pub fn cmd_size(&self) -> usize {
+    fn cmd_size(&self) -> usize {
         if self.sqe128 {
             CMD128_SIZE
         } else {
@@ -427,8 +420,8 @@ impl<'a, F: CmdFile> IoUringCmd<'a, F> {
     /// driver's UAPI. The payload lives in memory that user space can write to at any time, so it
     /// is read once into the returned value, which the driver then validates and uses.
     ///
-    /// Returns [`EINVAL`] if `T` is larger than the payload of this command (see
-    /// [`IoUringCmd::cmd_size`]).
+    /// Returns [`EINVAL`] if `T` is larger than the payload of this command: [`CMD128_SIZE`] bytes
+    /// on rings with 128-byte SQEs ([`IssueFlags::is_sqe128`]), [`CMD_SIZE`] otherwise.
     ///
     /// `T` must not be aligned to more than 8 bytes, which is checked at build time.
     pub fn read_cmd<T: FromBytes>(&self) -> Result<T> {
@@ -448,19 +441,6 @@ impl<'a, F: CmdFile> IoUringCmd<'a, F> {
         // - Any bit pattern is a valid `T` since `T: FromBytes`.
         // - User space may write to the SQE concurrently, hence the volatile read.
         Ok(unsafe { payload.cast::<T>().read_volatile() })
-    }
-
-    /// Reads the pdu of the command as a value of type `T`.
-    ///
-    /// The pdu is zeroed when the command is issued, so this returns what the driver last wrote
-    /// with [`IoUringCmd::write_pdu`], or zeroes.
-    ///
-    /// `T` must fit in the [`PDU_SIZE`] bytes of the pdu, which is checked at build time.
-    #[inline]
-    pub fn read_pdu<T: FromBytes>(&self) -> T {
-        // SAFETY: By the type invariants, `ptr` is valid and its pdu initialized, and no one
-        // writes to it concurrently.
-        unsafe { read_pdu(self.as_raw()) }
     }
 
     /// Writes a value of type `T` to the pdu of the command.
@@ -709,14 +689,6 @@ impl QueuedIoUringCmd {
     #[inline]
     pub fn as_raw(&self) -> *mut bindings::io_uring_cmd {
         self.ptr.as_ptr()
-    }
-
-    /// Returns the operation code of the command (`sqe->cmd_op`).
-    #[inline]
-    pub fn cmd_op(&self) -> u32 {
-        // SAFETY: By the type invariants, `ptr` is valid. `cmd_op` does not change after the
-        // command is issued.
-        unsafe { (*self.as_raw()).cmd_op }
     }
 
     /// Reads the pdu of the command as a value of type `T`.
@@ -978,14 +950,6 @@ impl IoUringCmdCancel<'_> {
     #[inline]
     pub fn as_raw(&self) -> *mut bindings::io_uring_cmd {
         self.ptr.as_ptr()
-    }
-
-    /// Returns the operation code of the command (`sqe->cmd_op`).
-    #[inline]
-    pub fn cmd_op(&self) -> u32 {
-        // SAFETY: By the type invariants, `ptr` is valid. `cmd_op` does not change after the
-        // command is issued.
-        unsafe { (*self.as_raw()).cmd_op }
     }
 
     /// Reads the pdu of the command as a value of type `T`.

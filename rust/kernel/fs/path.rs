@@ -14,6 +14,18 @@ use core::mem::MaybeUninit;
 ///
 /// `self.0` holds a reference on its mount and its dentry, taken by a successful lookup, and its
 /// dentry has an inode.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::fs::path::Path;
+///
+/// // Where a devtmpfs is mounted, `/dev/null` is the character device 1:3.
+/// if let Ok(path) = Path::lookup(c"/dev/null") {
+///     assert_eq!(path.char_dev(), Some((1, 3)));
+/// }
+/// assert!(Path::lookup(c"/no/such/file").is_err());
+/// ```
 pub struct Path(bindings::path);
 
 impl Path {

@@ -53,18 +53,18 @@ use core::marker::PhantomData;
 ///         Ok(())
 ///     }
 ///
-///     fn queue_rq(_: (), rq: ARef<Request<Self>>, _is_last: bool) -> Result {
+///     fn queue_rq((): (), rq: ARef<Request<Self>>, _is_last: bool) -> Result {
 ///         Request::end_ok(rq).map_err(|_| EIO)
 ///     }
 ///
-///     fn queue_rqs(_: (), rqs: &mut RqList<'_, Self>) {
+///     fn queue_rqs((): (), rqs: &mut RqList<'_, Self>) {
 ///         for rq in rqs {
 ///             // The request was taken out of the list, so its only reference is `rq`.
 ///             let _ = Request::end_ok(rq);
 ///         }
 ///     }
 ///
-///     fn commit_rqs(_: ()) {}
+///     fn commit_rqs((): ()) {}
 ///
 ///     fn complete(_rq: ARef<Request<Self>>) {}
 /// }
