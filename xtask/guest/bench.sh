@@ -24,6 +24,10 @@
 #            of N done). A driver that fails is recorded in
 #            $JOB/bench-failures.txt ("driver|iodepth|round|reason"), not
 #            run again (at any iodepth), and the boot's status is non-zero.
+#  matrix:   (`--matrix`, booted with no driver loaded) C ublk, Rust ublk,
+#            null_blk and rnull over rw x iodepth x queues, fio IOPS and
+#            guest CPU time per I/O; in bench_matrix.sh (copied beside this
+#            file), which describes its plan, samples and progress lines.
 #
 # SECTIONS (job.env) lists the sections to run.
 
@@ -229,6 +233,9 @@ bench_ratio() {
 		done
 	done
 }
+
+# shellcheck source=/dev/null
+. "$JOB/bench_matrix.sh"
 
 log "sections: $SECTIONS; rounds=$ROUNDS runtime=${RUNTIME}s iodepths '$IODEPTHS' ndev=$NDEV flag option '$FLAG_OPT'"
 for section in $SECTIONS; do

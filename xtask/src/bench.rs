@@ -1,10 +1,18 @@
 //! `cargo xtask bench`: numbers from one benchmark boot, never a timed
 //! assertion. By default the measurements of the C series' cover letter
 //! (`cover`); with `--rust-vs-c` the Rust driver's IOPS against the C
-//! driver's (`ratio`). This file holds the options and the boot both share.
+//! driver's (`ratio`); with `--matrix` both ublk drivers and the in-kernel
+//! null drivers over rw, iodepth and queue count (`matrix_run`). This file
+//! holds the options and the boot they share.
 
 mod cover;
+mod matrix;
+mod matrix_progress;
+mod matrix_report;
+mod matrix_run;
+mod outdir;
 mod plan;
+mod plot;
 mod ratio;
 mod samples;
 mod stats;
@@ -20,17 +28,23 @@ use crate::pipeline::{self, KernelOpts};
 use crate::progress::{detail, fmt_duration, phase};
 use crate::userland::{self, Userland};
 
+pub use matrix::BlkDriver;
+
+/// Seconds per fio run unless --runtime says otherwise (not --matrix).
+pub const DEFAULT_RUNTIME: u32 = 10;
+
 #[derive(Clone, Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("fio_mode").args(["rust_vs_c", "matrix"]).multiple(true)))]
 pub struct BenchOpts {
     #[command(flatten)]
     pub kernel: KernelOpts,
     /// Rounds per configuration, alternating inside each round [default:
-    /// 3; 5 with --rust-vs-c].
+    /// 3; 5 with --rust-vs-c or --matrix].
     #[arg(long)]
     pub rounds: Option<u32>,
-    /// Seconds per fio run.
-    #[arg(long, default_value_t = 10)]
-    pub runtime: u32,
+    /// Seconds per fio run [default: 10; 4 with --matrix].
+    #[arg(long)]
+    pub runtime: Option<u32>,
     /// Devices added per round for the START_DEV measurement.
     #[arg(long, default_value_t = 64)]
     pub devices: u32,
@@ -42,14 +56,39 @@ pub struct BenchOpts {
     /// in one boot.
     #[arg(long)]
     pub rust_vs_c: bool,
-    /// With --rust-vs-c: the fio iodepths to measure, comma separated.
+    /// Instead: the driver matrix. C ublk, Rust ublk, null_blk and rnull;
+    /// fio 4k randread and randwrite at each --iodepth and each --queues,
+    /// every cell once per round, in one boot. Writes a markdown report, a
+    /// CSV and an SVG plot under target/bench/.
+    #[arg(long)]
+    pub matrix: bool,
+    /// With --rust-vs-c or --matrix: the fio iodepths to measure, comma
+    /// separated.
     #[arg(
         long,
         value_delimiter = ',',
         default_value = "1,16,128",
-        requires = "rust_vs_c"
+        requires = "fio_mode"
     )]
     pub iodepth: Vec<u32>,
+    /// With --matrix: the drivers, comma separated.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "c,rust,null_blk,rnull",
+        requires = "matrix"
+    )]
+    pub drivers: Vec<BlkDriver>,
+    /// With --matrix: the hardware queue counts, comma separated (at most
+    /// the guest's 2 CPUs).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,2",
+        requires = "matrix"
+    )]
+    pub queues: Vec<u32>,
 }
 
 /// What every benchmark boot needs: the built kernel and guest userspace,
@@ -61,7 +100,18 @@ pub struct Env {
     pub accel: Accel,
 }
 
+/// What clap cannot say: --rust-vs-c and --matrix are two different runs.
+/// (A clap conflict between them would let `--rust-vs-c --queues 1` pass,
+/// as clap counts a conflicting argument as meeting `requires`.)
+fn check(opts: &BenchOpts) -> Result<()> {
+    if opts.rust_vs_c && opts.matrix {
+        bail!("--rust-vs-c and --matrix are separate runs: give one of them");
+    }
+    Ok(())
+}
+
 pub fn run(opts: &BenchOpts) -> Result<()> {
+    check(opts)?;
     let layout = pipeline::layout(&opts.kernel)?;
     let kernel = pipeline::ensure_kernel(&layout, &opts.kernel)?;
     let userland = userland::ensure(&layout, &kernel)?;
@@ -73,7 +123,9 @@ pub fn run(opts: &BenchOpts) -> Result<()> {
         userland,
         accel,
     };
-    if opts.rust_vs_c {
+    if opts.matrix {
+        matrix_run::run(&env, opts)
+    } else if opts.rust_vs_c {
         ratio::run(&env, opts)
     } else {
         cover::run(&env, opts)
@@ -164,5 +216,45 @@ mod tests {
             "--iodepth needs --rust-vs-c"
         );
         assert!(parse(&["--rust-vs-c", "--iodepth", "4,x"]).is_err());
+        assert_eq!(o.runtime, None);
+        assert_eq!(parse(&["--runtime", "3"]).unwrap().runtime, Some(3));
+    }
+
+    #[test]
+    fn matrix_options() {
+        let o = parse(&["--matrix"]).unwrap();
+        assert!(o.matrix && !o.rust_vs_c);
+        assert_eq!(o.iodepth, [1, 16, 128]);
+        assert_eq!(o.drivers, BlkDriver::ALL);
+        assert_eq!(o.queues, [1, 2]);
+        let o = parse(&[
+            "--matrix",
+            "--drivers",
+            "rust,null_blk",
+            "--queues",
+            "2",
+            "--iodepth",
+            "8",
+            "--runtime",
+            "6",
+        ])
+        .unwrap();
+        assert_eq!(o.drivers, [BlkDriver::Rust, BlkDriver::NullBlk]);
+        assert_eq!(
+            (o.queues, o.iodepth, o.runtime),
+            (vec![2], vec![8], Some(6))
+        );
+        assert!(check(&parse(&["--matrix", "--rust-vs-c"]).unwrap()).is_err());
+        assert!(check(&parse(&["--matrix"]).unwrap()).is_ok());
+        assert!(parse(&["--matrix", "--drivers", "nvme"]).is_err());
+        assert!(
+            parse(&["--drivers", "c"]).is_err(),
+            "--drivers needs --matrix"
+        );
+        assert!(
+            parse(&["--queues", "1"]).is_err(),
+            "--queues needs --matrix"
+        );
+        assert!(parse(&["--rust-vs-c", "--queues", "1"]).is_err());
     }
 }

@@ -90,12 +90,24 @@ impl Layout {
         self.work.join("runs")
     }
 
+    /// Reports of `cargo xtask bench --matrix` (one directory per run).
+    pub fn bench_results(&self) -> PathBuf {
+        self.repo.join("target/bench")
+    }
+
     pub fn config_fragment(&self, name: &str) -> PathBuf {
         self.repo.join(CONFIGS).join(format!("{name}.config"))
     }
 
     pub fn guest_script(&self, name: &str) -> PathBuf {
         self.repo.join("xtask/guest").join(name)
+    }
+
+    /// The per-test times committed with the repo (`selftest-<driver>.ktap`),
+    /// for the test order and the estimate where no earlier run of this
+    /// checkout has a test: a fresh clone, as CI's.
+    pub fn baseline_times(&self) -> PathBuf {
+        self.repo.join("xtask/times")
     }
 
     /// The harness's own guest tests (not upstream selftests): every

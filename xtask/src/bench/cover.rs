@@ -20,6 +20,7 @@ const DEFAULT_ROUNDS: u32 = 3;
 
 pub fn run(env: &Env, opts: &BenchOpts) -> Result<()> {
     let rounds = opts.rounds.unwrap_or(DEFAULT_ROUNDS);
+    let runtime = opts.runtime.unwrap_or(super::DEFAULT_RUNTIME);
     // The START_DEV section needs the unpatched module; the boot starts
     // with the patched ublk_drv loaded.
     let base = base_module(&env.layout, &env.kernel, &opts.kernel)?;
@@ -29,12 +30,11 @@ pub fn run(env: &Env, opts: &BenchOpts) -> Result<()> {
         ("BASE_MODULE".to_string(), base.display().to_string()),
         ("FLAG_OPT".to_string(), opts.flag_option.clone()),
         ("ROUNDS".to_string(), rounds.to_string()),
-        ("RUNTIME".to_string(), opts.runtime.to_string()),
+        ("RUNTIME".to_string(), runtime.to_string()),
         ("NDEV".to_string(), opts.devices.to_string()),
     ];
     phase(format!(
-        "benchmark boot ({sections}; {rounds} rounds, {}s per fio run)",
-        opts.runtime
+        "benchmark boot ({sections}; {rounds} rounds, {runtime}s per fio run)"
     ));
     let job = super::boot(env, Driver::C, vars, Duration::from_secs(3 * 3600), |l| {
         detail(l)

@@ -20,7 +20,7 @@ pub fn run(env: &Env, opts: &BenchOpts) -> Result<()> {
     let plan = Plan::new(
         &opts.iodepth,
         opts.rounds.unwrap_or(DEFAULT_ROUNDS),
-        opts.runtime,
+        opts.runtime.unwrap_or(super::DEFAULT_RUNTIME),
     )?;
     let qds: Vec<String> = plan.iodepths.iter().map(u32::to_string).collect();
     phase(format!(
@@ -98,14 +98,13 @@ pub struct Failure {
 
 /// Parses bench-failures.txt: `driver|iodepth|round|reason` lines.
 pub fn parse_failures(text: &str) -> Vec<Failure> {
-    text.lines()
-        .filter_map(|l| {
-            let mut f = l.splitn(4, '|');
+    super::samples::failure_lines(text)
+        .filter_map(|[driver, iodepth, round, reason]| {
             Some(Failure {
-                driver: f.next()?.to_string(),
-                iodepth: f.next()?.parse().ok()?,
-                round: f.next()?.parse().ok()?,
-                reason: f.next()?.to_string(),
+                driver: driver.to_string(),
+                iodepth: iodepth.parse().ok()?,
+                round: round.parse().ok()?,
+                reason: reason.to_string(),
             })
         })
         .collect()

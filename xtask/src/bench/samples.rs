@@ -27,6 +27,16 @@ pub fn parse_csv(text: &str) -> Samples {
     s
 }
 
+/// The four `|`-separated fields of each line of a guest's failure list
+/// (`bench-failures.txt`, `matrix-failures.txt`), the last one taking the
+/// rest of the line; lines with fewer fields are skipped.
+pub fn failure_lines(text: &str) -> impl Iterator<Item = [&str; 4]> {
+    text.lines().filter_map(|l| {
+        let mut f = l.splitn(4, '|');
+        Some([f.next()?, f.next()?, f.next()?, f.next()?])
+    })
+}
+
 /// The first value of `section`/`config` in `round`.
 pub fn first(s: &Samples, section: &str, config: &str, round: u32) -> Option<f64> {
     s.get(section)?.get(config)?.get(&round)?.first().copied()

@@ -118,7 +118,9 @@ pub fn create(
         }
         Mode::Shell => ("shell", 0),
         Mode::Bench(_) => {
-            std::fs::copy(layout.guest_script("bench.sh"), dir.join("bench.sh"))?;
+            for script in ["bench.sh", "bench_matrix.sh"] {
+                std::fs::copy(layout.guest_script(script), dir.join(script))?;
+            }
             ("bench", 0)
         }
     };

@@ -1,0 +1,564 @@
+//! The results of a `--matrix` run: per cell the IOPS of each round and
+//! the guest CPU time per I/O (from the guest's samples), their medians and
+//! spreads, written as a markdown report and as a CSV.
+
+use std::collections::BTreeMap;
+
+use super::matrix::{BlkDriver, Cell, Plan, Rw};
+use super::samples::{kiops, Samples};
+use super::stats::{median, spread};
+
+/// The section of the guest's samples.
+const SECTION: &str = "matrix";
+
+/// Guest CPU time per I/O in microseconds: `busy_ticks` of 1/`user_hz` s
+/// (USER_HZ, /proc/stat's unit) over `ios` completed I/Os. None if
+/// nothing completed.
+pub fn cpu_us_per_io(busy_ticks: f64, user_hz: f64, ios: f64) -> Option<f64> {
+    (user_hz > 0.0 && ios > 0.0).then(|| busy_ticks * 1e6 / user_hz / ios)
+}
+
+/// A driver that failed in one run (matrix-failures.txt).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Failure {
+    pub driver: String,
+    pub round: u32,
+    /// `rw/qd<iodepth>/q<queues>`, or `setup` / `unload`.
+    pub what: String,
+    pub reason: String,
+}
+
+/// Parses matrix-failures.txt: `driver|round|what|reason` lines.
+pub fn parse_failures(text: &str) -> Vec<Failure> {
+    super::samples::failure_lines(text)
+        .filter_map(|[driver, round, what, reason]| {
+            Some(Failure {
+                driver: driver.to_string(),
+                round: round.parse().ok()?,
+                what: what.to_string(),
+                reason: reason.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Median, smallest and largest of a cell's per-round values.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Summary {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    pub n: usize,
+}
+
+impl Summary {
+    pub fn of<'a>(values: impl IntoIterator<Item = &'a f64>) -> Option<Summary> {
+        let mut v: Vec<f64> = values.into_iter().copied().collect();
+        let (min, max) = spread(&v)?;
+        let n = v.len();
+        Some(Summary {
+            median: median(&mut v),
+            min,
+            max,
+            n,
+        })
+    }
+}
+
+/// What one cell measured, by round.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CellStats {
+    pub cell: Cell,
+    pub iops: BTreeMap<u32, f64>,
+    pub cpu_us: BTreeMap<u32, f64>,
+    /// Hardware queues the guest saw in sysfs for the cell's device.
+    pub hw_queues: Option<u32>,
+    /// The cell's driver failed at some point of the run.
+    pub driver_failed: bool,
+}
+
+impl CellStats {
+    pub fn iops_summary(&self) -> Option<Summary> {
+        Summary::of(self.iops.values())
+    }
+    pub fn cpu_summary(&self) -> Option<Summary> {
+        Summary::of(self.cpu_us.values())
+    }
+}
+
+/// The cells of the plan with what the guest recorded for them, in plan
+/// order.
+pub fn collect(s: &Samples, plan: &Plan, failures: &[Failure]) -> Vec<CellStats> {
+    let m = s.get(SECTION);
+    let rounds = |config: &str| -> BTreeMap<u32, f64> {
+        m.and_then(|m| m.get(config))
+            .map(|r| {
+                r.iter()
+                    .filter_map(|(&round, v)| Some((round, *v.first()?)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let user_hz = rounds("clk_tck").values().next().copied().unwrap_or(100.0);
+    plan.cells
+        .iter()
+        .map(|&cell| {
+            let key = cell.key();
+            let iops = rounds(&format!("{key}/iops"));
+            let ticks = rounds(&format!("{key}/busy_ticks"));
+            let ios = rounds(&format!("{key}/ios"));
+            let cpu_us = ticks
+                .iter()
+                .filter_map(|(r, &t)| Some((*r, cpu_us_per_io(t, user_hz, *ios.get(r)?)?)))
+                .collect();
+            let hw_queues = rounds(&format!("hwq/{}/q{}", cell.driver.id(), cell.queues))
+                .values()
+                .next()
+                .map(|&v| v as u32);
+            CellStats {
+                cell,
+                iops,
+                cpu_us,
+                hw_queues,
+                driver_failed: failures.iter().any(|f| f.driver == cell.driver.id()),
+            }
+        })
+        .collect()
+}
+
+/// The median of the per-round Rust/C IOPS ratios of a row (rounds where
+/// both ran), with their smallest and largest.
+fn rust_c_ratio(c: Option<&CellStats>, rust: Option<&CellStats>) -> Option<(f64, f64, f64)> {
+    let (c, rust) = (c?, rust?);
+    let ratios: Vec<f64> = c
+        .iops
+        .iter()
+        .filter(|(_, &v)| v > 0.0)
+        .filter_map(|(r, &cv)| Some(rust.iops.get(r)? / cv))
+        .collect();
+    let s = Summary::of(&ratios)?;
+    Some((s.median, s.min, s.max))
+}
+
+/// How the run was made, for the report's header.
+pub struct RunInfo {
+    /// `QEMU TCG (...), 2 vCPUs`.
+    pub machine: String,
+    /// When it ran (UTC).
+    pub date: String,
+}
+
+/// The rows of the tables: (rw, queues, iodepth) in plan order.
+fn rows(plan: &Plan) -> Vec<(Rw, u32, u32)> {
+    let mut rows = Vec::new();
+    for rw in Rw::ALL {
+        for &q in &plan.queues {
+            for &qd in &plan.base.iodepths {
+                rows.push((rw, q, qd));
+            }
+        }
+    }
+    rows
+}
+
+fn find(stats: &[CellStats], d: BlkDriver, rw: Rw, q: u32, qd: u32) -> Option<&CellStats> {
+    stats.iter().find(|s| {
+        s.cell.driver == d && s.cell.rw == rw && s.cell.queues == q && s.cell.iodepth == qd
+    })
+}
+
+/// The text of a table cell without a value.
+fn missing(stats: Option<&CellStats>) -> &'static str {
+    match stats {
+        None => "n/a*",
+        Some(s) if s.driver_failed => "failed",
+        Some(_) => "-",
+    }
+}
+
+fn iops_text(s: Option<&CellStats>, rounds: u32) -> String {
+    match s.and_then(|s| s.iops_summary()) {
+        Some(v) => {
+            let partial = if v.n < rounds as usize {
+                format!(", {} of {rounds} rounds", v.n)
+            } else {
+                String::new()
+            };
+            format!(
+                "{} ({}-{}{partial})",
+                kiops(v.median),
+                kiops(v.min),
+                kiops(v.max)
+            )
+        }
+        None => missing(s).to_string(),
+    }
+}
+
+fn cpu_text(s: Option<&CellStats>) -> String {
+    match s.and_then(|s| s.cpu_summary()) {
+        Some(v) => format!("{:.1}", v.median),
+        None => missing(s).to_string(),
+    }
+}
+
+/// The markdown report: how it was measured, the IOPS table, the CPU table
+/// and the notes. `plot` is the file name of the SVG beside it.
+pub fn markdown(
+    stats: &[CellStats],
+    plan: &Plan,
+    info: &RunInfo,
+    failures: &[Failure],
+    plot: &str,
+) -> String {
+    let rounds = plan.rounds();
+    let runtime = plan.runtime();
+    let drivers = &plan.drivers;
+    let both_ublk = drivers.contains(&BlkDriver::C) && drivers.contains(&BlkDriver::Rust);
+    let mut out = String::new();
+    out += "## ublk drivers against the in-kernel null drivers\n\n";
+    out += &format!(
+        "Measured with `cargo xtask bench --matrix` in one boot on {}, {}; {rounds} rounds.\n\n",
+        info.machine, info.date,
+    );
+    let lines = [
+        format!(
+            "fio per cell: 4k `rw`, ioengine=io_uring, direct=1, {} jobs (one per vCPU), `iodepth` per job, \
+             {runtime} s time-based; the same job for every driver, only the device differs.",
+            crate::guest::CPUS
+        ),
+        "C ublk (`ublk_drv`) and Rust ublk (`rust_ublk`): kublk's null target, `-q` queues, depth 128; \
+         one of the two modules loaded at a time."
+            .to_string(),
+        "null_blk (queue_mode=2, irqmode=0, hw_queue_depth=128, submit_queues=`queues`, poll_queues=0) \
+         and rnull (irqmode 0): complete in the kernel, the ceiling. Scheduler `none` on every device."
+            .to_string(),
+        "Order: each round runs every cell once, one block per driver (its module loaded only for its \
+         block); the driver order rotates by one each round, and a block's cells run in reverse order \
+         every other round."
+            .to_string(),
+        "IOPS: fio's, median over the rounds (smallest-largest). Rust/C: the median of the per-round \
+         ratios of the two ublk drivers (smallest-largest)."
+            .to_string(),
+        format!(
+            "CPU per I/O: non-idle guest CPU time (user+nice+system+irq+softirq+steal of /proc/stat, all \
+             vCPUs) over the last {} s of each run, divided by the I/Os the device completed in that time \
+             (/sys/block/*/stat); median over the rounds.",
+            runtime - 1
+        ),
+    ];
+    for l in lines {
+        out += &format!("- {l}\n");
+    }
+    out += "\n";
+    out += &format!("![IOPS and CPU time per I/O]({plot})\n\n");
+
+    out += &format!("### IOPS, median (smallest-largest) of {rounds} rounds\n\n");
+    out += "| rw | queues | iodepth |";
+    for d in drivers {
+        out += &format!(" {} |", d.label());
+    }
+    if both_ublk {
+        out += " Rust/C |";
+    }
+    out += "\n|---|---|---|";
+    out += &"---|".repeat(drivers.len() + usize::from(both_ublk));
+    out += "\n";
+    for (rw, q, qd) in rows(plan) {
+        out += &format!("| {} | {q} | {qd} |", rw.id());
+        for &d in drivers {
+            out += &format!(" {} |", iops_text(find(stats, d, rw, q, qd), rounds));
+        }
+        if both_ublk {
+            let r = rust_c_ratio(
+                find(stats, BlkDriver::C, rw, q, qd),
+                find(stats, BlkDriver::Rust, rw, q, qd),
+            );
+            out += &match r {
+                Some((m, lo, hi)) => format!(" {m:.2}x ({lo:.2}x-{hi:.2}x) |"),
+                None => " - |".to_string(),
+            };
+        }
+        out += "\n";
+    }
+
+    out += &format!("\n### Guest CPU time per I/O in microseconds, median of {rounds} rounds\n\n");
+    out += "| rw | queues | iodepth |";
+    for d in drivers {
+        out += &format!(" {} |", d.label());
+    }
+    out += "\n|---|---|---|";
+    out += &"---|".repeat(drivers.len());
+    out += "\n";
+    for (rw, q, qd) in rows(plan) {
+        out += &format!("| {} | {q} | {qd} |", rw.id());
+        for &d in drivers {
+            out += &format!(" {} |", cpu_text(find(stats, d, rw, q, qd)));
+        }
+        out += "\n";
+    }
+
+    let notes = notes(stats, plan, failures);
+    if !notes.is_empty() {
+        out += "\n";
+        for n in notes {
+            out += &format!("- {n}\n");
+        }
+    }
+    out
+}
+
+/// What a reader must know besides the numbers: cells not run, queue
+/// counts that differ from the plan, failures.
+fn notes(stats: &[CellStats], plan: &Plan, failures: &[Failure]) -> Vec<String> {
+    let mut notes = Vec::new();
+    if plan
+        .unsupported
+        .iter()
+        .any(|c| c.driver == BlkDriver::Rnull)
+    {
+        notes.push(
+            "n/a*: rnull in Linux 7.3 has one hardware queue (`TagSet::new(1, 256, 1, ..)` in \
+             drivers/block/rnull/rnull.rs: 1 queue, 256 tags; its configfs has no queue setting), \
+             so its cells with more queues are not run."
+                .to_string(),
+        );
+    }
+    for s in stats {
+        if let Some(seen) = s.hw_queues {
+            if seen != s.cell.queues {
+                notes.push(format!(
+                    "{} with {} queue(s): the guest saw {seen} hardware queue(s) in /sys/block/*/mq.",
+                    s.cell.driver.label(),
+                    s.cell.queues
+                ));
+            }
+        }
+    }
+    notes.dedup();
+    if stats
+        .iter()
+        .any(|s| !s.iops.is_empty() && s.cpu_us.is_empty())
+    {
+        notes.push("CPU per I/O `-`: the run ended before its measuring window did, or the device's I/O count did not move.".to_string());
+    }
+    for f in failures {
+        notes.push(format!(
+            "{} failed in round {} ({}): {}",
+            BlkDriver::from_id(&f.driver).map_or(f.driver.as_str(), |d| d.label()),
+            f.round,
+            f.what,
+            f.reason
+        ));
+    }
+    notes
+}
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or(String::new(), |v| format!("{v:.digits$}"))
+}
+
+/// One row per cell, the unsupported ones included.
+pub fn csv(stats: &[CellStats], plan: &Plan) -> String {
+    let mut out = String::from(
+        "driver,rw,queues,iodepth,rounds,iops_median,iops_min,iops_max,cpu_us_per_io_median,cpu_us_per_io_min,cpu_us_per_io_max,hw_queues_seen,note\n",
+    );
+    for s in stats {
+        let c = s.cell;
+        let i = s.iops_summary();
+        let p = s.cpu_summary();
+        let note = if i.is_none() && s.driver_failed {
+            "failed"
+        } else {
+            ""
+        };
+        out += &format!(
+            "{},{},{},{},{},{},{},{},{},{},{},{},{note}\n",
+            c.driver.id(),
+            c.rw.id(),
+            c.queues,
+            c.iodepth,
+            i.map_or(0, |i| i.n),
+            opt(i.map(|i| i.median), 0),
+            opt(i.map(|i| i.min), 0),
+            opt(i.map(|i| i.max), 0),
+            opt(p.map(|p| p.median), 2),
+            opt(p.map(|p| p.min), 2),
+            opt(p.map(|p| p.max), 2),
+            s.hw_queues.map_or(String::new(), |q| q.to_string()),
+        );
+    }
+    for c in &plan.unsupported {
+        out += &format!(
+            "{},{},{},{},0,,,,,,,,not run: {} has at most {} hardware queue(s)\n",
+            c.driver.id(),
+            c.rw.id(),
+            c.queues,
+            c.iodepth,
+            c.driver.label(),
+            c.driver.max_queues()
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::samples::parse_csv;
+    use super::*;
+
+    fn plan() -> Plan {
+        Plan::new(&BlkDriver::ALL, &[1, 16], &[1, 2], 3, 4).unwrap()
+    }
+
+    /// Three rounds of c/randread/qd1/q1, two of rust, one of null_blk at
+    /// 2 queues; USER_HZ 100.
+    const SAMPLES: &str = "matrix,clk_tck,0,100\n\
+        matrix,c/randread/qd1/q1/iops,1,10000\nmatrix,c/randread/qd1/q1/busy_ticks,1,200\nmatrix,c/randread/qd1/q1/ios,1,30000\n\
+        matrix,c/randread/qd1/q1/iops,2,12000\nmatrix,c/randread/qd1/q1/busy_ticks,2,150\nmatrix,c/randread/qd1/q1/ios,2,30000\n\
+        matrix,c/randread/qd1/q1/iops,3,11000\nmatrix,c/randread/qd1/q1/busy_ticks,3,300\nmatrix,c/randread/qd1/q1/ios,3,30000\n\
+        matrix,rust/randread/qd1/q1/iops,1,9000\nmatrix,rust/randread/qd1/q1/iops,3,13200\n\
+        matrix,null_blk/randread/qd1/q2/iops,2,150000\nmatrix,hwq/null_blk/q2,2,2\nmatrix,hwq/c/q1,1,1\n";
+
+    fn stats(failures: &[Failure]) -> Vec<CellStats> {
+        collect(&parse_csv(SAMPLES), &plan(), failures)
+    }
+
+    #[test]
+    fn cpu_time() {
+        assert_eq!(cpu_us_per_io(300.0, 100.0, 40000.0), Some(75.0));
+        assert_eq!(cpu_us_per_io(300.0, 100.0, 0.0), None);
+        assert_eq!(cpu_us_per_io(300.0, 0.0, 10.0), None);
+    }
+
+    #[test]
+    fn summaries() {
+        let s = stats(&[]);
+        assert_eq!(s.len(), plan().cells.len());
+        let c = &s[0];
+        assert_eq!(c.cell.key(), "c/randread/qd1/q1");
+        assert_eq!(
+            c.iops_summary(),
+            Some(Summary {
+                median: 11000.0,
+                min: 10000.0,
+                max: 12000.0,
+                n: 3
+            })
+        );
+        // 200, 150 and 300 ticks of 10 ms over 30000 I/Os
+        let p = c.cpu_summary().unwrap();
+        assert_eq!((p.n, p.min, p.max), (3, 50.0, 100.0));
+        assert!((p.median - 66.666).abs() < 0.01, "{p:?}");
+        assert_eq!(c.hw_queues, Some(1));
+        assert_eq!(Summary::of(&[]), None);
+        let r = s
+            .iter()
+            .find(|s| s.cell.key() == "rust/randread/qd1/q1")
+            .unwrap();
+        assert!(r.cpu_us.is_empty());
+        assert_eq!(r.iops_summary().unwrap().median, 11100.0);
+        // ratios of rounds 1 and 3: 0.9 and 1.2
+        let (m, lo, hi) = rust_c_ratio(Some(c), Some(r)).unwrap();
+        assert!((m - 1.05).abs() < 1e-9 && lo == 0.9 && (hi - 1.2).abs() < 1e-9);
+    }
+
+    #[test]
+    fn failures() {
+        let f = parse_failures("rust|2|randwrite/qd16/q2|fio failed (exit 1)\nbad\nc|x|setup|y\n");
+        assert_eq!(
+            f,
+            [Failure {
+                driver: "rust".into(),
+                round: 2,
+                what: "randwrite/qd16/q2".into(),
+                reason: "fio failed (exit 1)".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn markdown_tables() {
+        let f = parse_failures("rnull|1|setup|modprobe rnull_mod failed\n");
+        let info = RunInfo {
+            machine: "QEMU TCG, 2 vCPUs".into(),
+            date: "2026-12-01 17:00 UTC".into(),
+        };
+        let md = markdown(&stats(&f), &plan(), &info, &f, "matrix.svg");
+        assert!(
+            md.contains("on QEMU TCG, 2 vCPUs, 2026-12-01 17:00 UTC; 3 rounds.\n\n- fio per cell: 4k `rw`, ioengine=io_uring, direct=1, 2 jobs (one per vCPU), `iodepth` per job, 4 s time-based;"),
+            "{md}"
+        );
+        assert!(md.contains("over the last 3 s of each run"), "{md}");
+        assert!(
+            md.contains("![IOPS and CPU time per I/O](matrix.svg)"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| rw | queues | iodepth | C ublk | Rust ublk | null_blk | rnull | Rust/C |\n|---|---|---|---|---|---|---|---|\n"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| randread | 1 | 1 | 11.0K (10.0K-12.0K) | 11.1K (9.0K-13.2K, 2 of 3 rounds) | - | failed | 1.05x (0.90x-1.20x) |\n"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "| randread | 2 | 1 | - | - | 150.0K (150.0K-150.0K, 1 of 3 rounds) | n/a* | - |\n"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains("| randread | 1 | 1 | 66.7 | - | - | failed |\n"),
+            "{md}"
+        );
+        assert!(
+            md.contains("- n/a*: rnull in Linux 7.3 has one hardware queue"),
+            "{md}"
+        );
+        assert!(
+            md.contains("- rnull failed in round 1 (setup): modprobe rnull_mod failed\n"),
+            "{md}"
+        );
+        assert!(md.contains("- CPU per I/O `-`:"), "{md}");
+        // rows: 2 rw x 2 queue counts x 2 iodepths, in both tables
+        assert_eq!(md.matches("| randwrite |").count(), 8, "{md}");
+    }
+
+    #[test]
+    fn queue_mismatch_note() {
+        let samples = "matrix,hwq/null_blk/q1,1,2\nmatrix,null_blk/randread/qd1/q1/iops,1,5\n";
+        let p = plan();
+        let s = collect(&parse_csv(samples), &p, &[]);
+        let n = notes(&s, &p, &[]);
+        assert_eq!(
+            n.iter()
+                .filter(|n| n.contains("null_blk with 1 queue(s): the guest saw 2"))
+                .count(),
+            1,
+            "{n:?}"
+        );
+    }
+
+    #[test]
+    fn csv_rows() {
+        let p = plan();
+        let f = parse_failures("rnull|1|setup|why\n");
+        let text = csv(&stats(&f), &p);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "driver,rw,queues,iodepth,rounds,iops_median,iops_min,iops_max,cpu_us_per_io_median,cpu_us_per_io_min,cpu_us_per_io_max,hw_queues_seen,note");
+        assert_eq!(
+            lines[1],
+            "c,randread,1,1,3,11000,10000,12000,66.67,50.00,100.00,1,"
+        );
+        assert!(lines.contains(&"rust,randread,1,1,2,11100,9000,13200,,,,,"));
+        assert!(lines.contains(&"null_blk,randread,2,1,1,150000,150000,150000,,,,2,"));
+        assert!(lines.contains(&"rnull,randread,1,1,0,,,,,,,,failed"));
+        assert!(lines.contains(
+            &"rnull,randwrite,2,16,0,,,,,,,,not run: rnull has at most 1 hardware queue(s)"
+        ));
+        // header + every cell + the unsupported ones
+        assert_eq!(lines.len(), 1 + p.cells.len() + p.unsupported.len());
+        assert!(lines.iter().all(|l| l.split(',').count() == 13), "{text}");
+    }
+}

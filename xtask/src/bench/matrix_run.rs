@@ -1,0 +1,163 @@
+//! `--matrix`: the C and Rust ublk drivers against the in-kernel null
+//! drivers (null_blk, rnull) over rw x iodepth x queue count, in one boot
+//! with alternating rounds. Prints the estimate before the boot and a line
+//! per cell during it; writes the markdown report, the CSV and the SVG plot
+//! into a new directory under target/bench/ (`matrix-latest` points at it)
+//! and prints the report.
+
+use anyhow::{bail, Context, Result};
+use std::time::{Instant, SystemTime};
+
+use super::matrix::Plan;
+use super::matrix_progress;
+use super::matrix_report::{self, RunInfo};
+use super::{outdir, plot, BenchOpts, Env};
+use crate::guest::job::Driver;
+use crate::guest::{self, Accel};
+use crate::progress::{detail, fmt_duration, phase};
+
+const DEFAULT_ROUNDS: u32 = 5;
+/// The default --runtime with --matrix: short enough that the default
+/// matrix (42 cells, 5 rounds) stays under 30 minutes under TCG.
+const DEFAULT_MATRIX_RUNTIME: u32 = 4;
+
+/// The files of a run's directory.
+const REPORT: &str = "matrix.md";
+const CSV: &str = "matrix.csv";
+const PLOT: &str = "matrix.svg";
+const SAMPLES: &str = "samples.csv";
+
+pub fn run(env: &Env, opts: &BenchOpts) -> Result<()> {
+    let started = Instant::now();
+    let plan = Plan::new(
+        &opts.drivers,
+        &opts.iodepth,
+        &opts.queues,
+        opts.rounds.unwrap_or(DEFAULT_ROUNDS),
+        opts.runtime.unwrap_or(DEFAULT_MATRIX_RUNTIME),
+    )?;
+    let ids: Vec<&str> = plan.drivers.iter().map(|d| d.id()).collect();
+    let qds: Vec<String> = plan.base.iodepths.iter().map(u32::to_string).collect();
+    let qs: Vec<String> = plan.queues.iter().map(u32::to_string).collect();
+    phase(format!(
+        "benchmark boot (driver matrix: {}; randread and randwrite; iodepth {}; queues {}; {} rounds, {} s per fio run)",
+        ids.join(", "),
+        qds.join(", "),
+        qs.join(", "),
+        plan.rounds(),
+        plan.runtime()
+    ));
+    phase(format!("estimate: {}", plan.estimate_text(&env.accel)));
+    if !plan.unsupported.is_empty() {
+        detail(format!(
+            "not run: {} cells (rnull has one hardware queue in 7.3; see the report's notes)",
+            plan.unsupported.len()
+        ));
+    }
+    // Booted with no driver: the guest loads each one for its block.
+    let mut bench_start: Option<Instant> = None;
+    let job = super::boot(
+        env,
+        Driver::None,
+        plan.guest_vars(),
+        plan.limit(&env.accel),
+        |l| {
+            let start = *bench_start.get_or_insert_with(Instant::now);
+            match matrix_progress::parse(l) {
+                Some(c) => detail(matrix_progress::format(
+                    &c,
+                    plan.rounds(),
+                    started.elapsed(),
+                    matrix_progress::time_left(&c, start.elapsed()),
+                )),
+                None => detail(l),
+            }
+        },
+    )?;
+    if let Some(start) = bench_start {
+        let runs = plan.total_runs();
+        let spent = start.elapsed();
+        detail(format!(
+            "the cells took {} in all: {:.1} s per cell run, {} s of it fio (the estimate assumed {:.1} s)",
+            fmt_duration(spent),
+            spent.as_secs_f64() / f64::from(runs),
+            plan.runtime(),
+            plan.per_run_estimate(&env.accel).as_secs_f64()
+        ));
+    }
+
+    let samples = super::read_samples(&job)?;
+    let failures = matrix_report::parse_failures(
+        &std::fs::read_to_string(job.dir.join("matrix-failures.txt")).unwrap_or_default(),
+    );
+    let stats = matrix_report::collect(&samples, &plan, &failures);
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (stamp, date) = outdir::utc(now);
+    let info = RunInfo {
+        machine: format!("QEMU {}, {} vCPUs", env.accel, guest::CPUS),
+        date: date.clone(),
+    };
+    let report = matrix_report::markdown(&stats, &plan, &info, &failures, PLOT);
+    let title = format!(
+        "ublk drivers vs in-kernel null drivers: fio 4k, {} rounds of {} s, QEMU {} ({} vCPUs), {date}",
+        plan.rounds(),
+        plan.runtime(),
+        match env.accel {
+            Accel::Kvm => "KVM",
+            Accel::Tcg { .. } => "TCG",
+        },
+        guest::CPUS
+    );
+    let svg = plot::svg(&stats, &plan, &title)?;
+
+    let base = env.layout.bench_results();
+    let dir = outdir::create(&base, &stamp)?;
+    let write = |name: &str, text: &str| {
+        std::fs::write(dir.join(name), text)
+            .with_context(|| format!("writing {}", dir.join(name).display()))
+    };
+    write(REPORT, &report)?;
+    write(CSV, &matrix_report::csv(&stats, &plan))?;
+    write(PLOT, &svg)?;
+    std::fs::copy(job.dir.join("bench.csv"), dir.join(SAMPLES))
+        .context("copying the guest's bench.csv")?;
+    let latest = outdir::point_latest(&base, &dir)?;
+
+    println!("{report}");
+    println!(
+        "written: {} ({REPORT}, {CSV}, {PLOT}; {SAMPLES}: every sample of the guest); {} points at it",
+        dir.display(),
+        latest.display()
+    );
+    println!("guest job (console, dmesg): {}", job.dir.display());
+
+    if !failures.is_empty() {
+        bail!(
+            "{} driver failure(s) (see the report's notes); console and logs: {}",
+            failures.len(),
+            job.dir.display()
+        );
+    }
+    if job.status().as_deref() != Some("0") {
+        bail!(
+            "the benchmark guest ended with status {:?}; see {}",
+            job.status(),
+            job.dir.display()
+        );
+    }
+    let missing: Vec<String> = stats
+        .iter()
+        .filter(|s| s.iops.len() < plan.rounds() as usize)
+        .map(|s| s.cell.key())
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "cells without a result in every round: {} (console: {})",
+            missing.join(", "),
+            job.console().display()
+        );
+    }
+    Ok(())
+}
