@@ -94,9 +94,9 @@ impl MiscDevice for CharDev {
         issue_flags: IssueFlags<'a>,
     ) -> Result<Issued<'a>> {
         // io_uring issues the command from a worker thread (`IOSQE_ASYNC`, or a retry after the
-        // inline issue could not proceed without blocking). The io slots belong to the server's threads, and the ring lock is taken after
-        // the device lock here: issue the command again from the thread that submitted it, with
-        // the ring lock held, as the C driver does.
+        // inline issue could not proceed without blocking). The io slots belong to the server's
+        // threads, and the ring lock is taken after the device lock here: issue the command again
+        // from the thread that submitted it, with the ring lock held, as the C driver does.
         let cmd = match cmd.issue_in_task(issue_flags) {
             Ok(queued) => return Ok(queued.into()),
             Err(cmd) => cmd,
