@@ -4,16 +4,23 @@
 //! them (the build before the first boot does not count).
 //! The scale takes care of a slower machine, of tests sharing the guest
 //! and of boots; tests never timed count as the median of those that were.
+//! Where no run of this checkout has a test (a fresh clone, as CI's), its
+//! time comes from the baseline committed in xtask/times/: the same times
+//! also order the tests that share a guest, longest first.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::time::Duration;
 
-use crate::ktap;
+use crate::ktap::{self, Status};
 
 /// Per-test seconds of earlier runs, and what this run has done so far.
 pub struct Eta {
     last: HashMap<String, f64>,
+    /// The same by bare test name (`test_x.sh`), whatever the driver: the
+    /// time of a test that this driver never ran (it skipped it for a
+    /// missing feature) is the other driver's.
+    any_driver: HashMap<String, f64>,
     median: f64,
     /// Tests still to report, over every boot of this run.
     pending: Vec<String>,
@@ -26,10 +33,17 @@ pub struct Eta {
 
 impl Eta {
     /// Times from the job directories in `runs`, newest first: a test takes
-    /// the time of the newest run that has it. `boots` pairs the prefix of
-    /// a boot's tests in `pending` (e.g. `c/`) with the suffix of its job
-    /// directories (e.g. `-selftest-c`).
-    pub fn load(runs: &Path, boots: &[(String, String)], pending: Vec<String>) -> Eta {
+    /// the time of the newest run that has it, else that of the baseline
+    /// in `baseline` (`<suffix without the dash>.ktap`, e.g.
+    /// `selftest-c.ktap`). `boots` pairs the prefix of a boot's tests in
+    /// `pending` (e.g. `c/`) with the suffix of its job directories (e.g.
+    /// `-selftest-c`).
+    pub fn load(
+        runs: &Path,
+        baseline: &Path,
+        boots: &[(String, String)],
+        pending: Vec<String>,
+    ) -> Eta {
         let mut dirs: Vec<_> = std::fs::read_dir(runs)
             .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
             .unwrap_or_default();
@@ -44,21 +58,49 @@ impl Eta {
                 continue;
             };
             let text = std::fs::read_to_string(d.join("results.ktap")).unwrap_or_default();
-            let mut r = ktap::parse(&text);
-            for t in &mut r.results {
-                t.name = format!("{prefix}{}", t.name);
-            }
-            reports.push(r);
+            reports.push(prefixed(ktap::parse(&text), prefix));
         }
-        Self::from_reports(reports.into_iter(), pending)
+        for (prefix, suffix) in boots {
+            let file = baseline.join(format!("{}.ktap", suffix.trim_start_matches('-')));
+            let text = std::fs::read_to_string(file).unwrap_or_default();
+            reports.push(prefixed(ktap::parse(&text), prefix));
+        }
+        // Every baseline, this run's drivers or not: by bare name only.
+        let mut others: Vec<_> = std::fs::read_dir(baseline)
+            .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default();
+        others.retain(|f| f.extension().is_some_and(|e| e == "ktap"));
+        others.sort();
+        let others = others
+            .iter()
+            .map(|f| ktap::parse(&std::fs::read_to_string(f).unwrap_or_default()));
+        Self::from_reports(reports.into_iter(), others, pending)
     }
 
-    fn from_reports(reports: impl Iterator<Item = ktap::Report>, pending: Vec<String>) -> Eta {
+    /// `reports`, newest first, give each test its time; `by_name` (and
+    /// `reports`) give a test that has none the time of the same test under
+    /// another driver, not counting skips (a skip takes no time to speak of).
+    fn from_reports(
+        reports: impl Iterator<Item = ktap::Report>,
+        by_name: impl Iterator<Item = ktap::Report>,
+        pending: Vec<String>,
+    ) -> Eta {
         let mut last = HashMap::new();
+        let mut any_driver = HashMap::new();
         for r in reports {
             for t in r.results {
                 if let Some(s) = t.seconds {
+                    if t.status != Status::Skip {
+                        any_driver.entry(bare(&t.name).to_string()).or_insert(s);
+                    }
                     last.entry(t.name).or_insert(s);
+                }
+            }
+        }
+        for r in by_name {
+            for t in r.results {
+                if let (Some(s), false) = (t.seconds, t.status == Status::Skip) {
+                    any_driver.entry(bare(&t.name).to_string()).or_insert(s);
                 }
             }
         }
@@ -67,6 +109,7 @@ impl Eta {
         let median = all.get(all.len() / 2).copied().unwrap_or(30.0);
         Eta {
             last,
+            any_driver,
             median,
             pending,
             done: HashSet::new(),
@@ -75,10 +118,15 @@ impl Eta {
         }
     }
 
-    /// How long `test` took in the newest run that has it, or the median
+    /// How long `test` took in the newest run (or baseline) that has it,
+    /// else what the same test took with the other driver, else the median
     /// of the tests that were timed.
     pub fn secs(&self, test: &str) -> f64 {
-        self.last.get(test).copied().unwrap_or(self.median)
+        self.last
+            .get(test)
+            .or_else(|| self.any_driver.get(bare(test)))
+            .copied()
+            .unwrap_or(self.median)
     }
 
     /// Records that a guest ran for `elapsed`.
@@ -112,6 +160,19 @@ impl Eta {
     }
 }
 
+/// A test's name without the prefix of its boot (`c/test_x.sh`: `test_x.sh`).
+fn bare(test: &str) -> &str {
+    test.rsplit('/').next().unwrap_or(test)
+}
+
+/// `r` with its test names under a boot's prefix (`c/`).
+fn prefixed(mut r: ktap::Report, prefix: &str) -> ktap::Report {
+    for t in &mut r.results {
+        t.name = format!("{prefix}{}", t.name);
+    }
+    r
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,7 +186,7 @@ mod tests {
         let newest = report("ok 1 a.sh # time=10.0s\n");
         let older = report("ok 1 a.sh # time=99.0s\nok 2 b.sh # time=30.0s\n");
         let pending = vec!["a.sh".to_string(), "b.sh".into(), "c.sh".into()];
-        let mut eta = Eta::from_reports([newest, older].into_iter(), pending);
+        let mut eta = Eta::from_reports([newest, older].into_iter(), std::iter::empty(), pending);
         // a took 10 s before and 20 s now: the run goes at half speed; b (30)
         // and c (never timed: the median of 10 and 30) are left.
         let left = eta.finished("a.sh", Duration::from_secs(20)).unwrap();
@@ -144,7 +205,7 @@ mod tests {
             "r/a.sh".into(),
             "r/b.sh".into(),
         ];
-        let mut eta = Eta::from_reports([old].into_iter(), pending);
+        let mut eta = Eta::from_reports([old].into_iter(), std::iter::empty(), pending);
         // Without history under these names, each test counts as the
         // median (10 s): a guest of 40 s ran two of them.
         eta.finished("c/a.sh", Duration::from_secs(20));
@@ -160,14 +221,53 @@ mod tests {
     #[test]
     fn no_estimate_from_the_first_short_tests() {
         let old = report("ok 1 a.sh # time=1.0s\nok 2 b.sh # time=99.0s\n");
-        let mut eta = Eta::from_reports([old].into_iter(), vec!["a.sh".into(), "b.sh".into()]);
+        let mut eta = Eta::from_reports(
+            [old].into_iter(),
+            std::iter::empty(),
+            vec!["a.sh".into(), "b.sh".into()],
+        );
         // a took 1 s of 100: its 20 s (mostly the boot) would give 33 min.
         assert_eq!(eta.finished("a.sh", Duration::from_secs(20)), None);
     }
 
     #[test]
+    fn a_run_of_this_checkout_wins_over_the_baseline() {
+        let dir = tempfile::tempdir().unwrap();
+        let (runs, base) = (dir.path().join("runs"), dir.path().join("times"));
+        std::fs::create_dir_all(runs.join("100-selftest-c")).unwrap();
+        std::fs::create_dir_all(&base).unwrap();
+        std::fs::write(
+            runs.join("100-selftest-c/results.ktap"),
+            "KTAP version 1\nok 1 a.sh # time=5.0s\n",
+        )
+        .unwrap();
+        std::fs::write(
+            base.join("selftest-c.ktap"),
+            "KTAP version 1\nok 1 a.sh # time=50.0s\nok 2 b.sh # time=70.0s\n",
+        )
+        .unwrap();
+        std::fs::write(
+            base.join("selftest-rust.ktap"),
+            "KTAP version 1\nok 1 a.sh # SKIP no feature (0.5s)\n",
+        )
+        .unwrap();
+        let boots = [("c/".to_string(), "-selftest-c".to_string())];
+        let eta = Eta::load(&runs, &base, &boots, vec!["c/a.sh".into(), "c/b.sh".into()]);
+        // a: this checkout's run; b: only in the baseline (a fresh clone).
+        assert_eq!(eta.secs("c/a.sh"), 5.0);
+        assert_eq!(eta.secs("c/b.sh"), 70.0);
+        // No time under this driver: the other driver's, skips aside.
+        assert_eq!(eta.secs("rust/b.sh"), 70.0);
+        assert_eq!(eta.secs("rust/x.sh"), eta.median);
+    }
+
+    #[test]
     fn no_history() {
-        let mut eta = Eta::from_reports(std::iter::empty(), vec!["a.sh".into(), "b.sh".into()]);
+        let mut eta = Eta::from_reports(
+            std::iter::empty(),
+            std::iter::empty(),
+            vec!["a.sh".into(), "b.sh".into()],
+        );
         assert_eq!(
             eta.finished("a.sh", Duration::from_secs(60))
                 .unwrap()

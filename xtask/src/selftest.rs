@@ -441,7 +441,7 @@ pub fn run(opts: &SelftestOpts) -> Result<bool> {
         .iter()
         .flat_map(|(p, _)| suite.iter().map(move |t| format!("{p}{t}")))
         .collect();
-    let mut eta = Eta::load(&layout.runs(), &boots, pending);
+    let mut eta = Eta::load(&layout.runs(), &layout.baseline_times(), &boots, pending);
     if !suite.is_empty() {
         for d in &drivers {
             let prefix = prefix_of(d);
