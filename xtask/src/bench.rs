@@ -136,6 +136,24 @@ pub fn run(opts: &BenchOpts) -> Result<()> {
 /// console's `bench:` lines go to `on_line`. Fails if the guest had to be
 /// killed or the kernel logged a splat; the samples are in the returned
 /// job's directory (`bench.csv`).
+/// A benchmark boot with no driver loaded (the guest script loads each
+/// one itself): `on_line` gets each guest line and the time since the
+/// first one, the script starting after the boot; returns the job and when
+/// that first line came.
+pub fn boot_timed(
+    env: &Env,
+    vars: Vec<(String, String)>,
+    total: Duration,
+    mut on_line: impl FnMut(&str, Duration),
+) -> Result<(Job, Option<std::time::Instant>)> {
+    let mut start: Option<std::time::Instant> = None;
+    let job = boot(env, Driver::None, vars, total, |l| {
+        let s = *start.get_or_insert_with(std::time::Instant::now);
+        on_line(l, s.elapsed());
+    })?;
+    Ok((job, start))
+}
+
 pub fn boot(
     env: &Env,
     driver: Driver,

@@ -12,7 +12,6 @@ use super::matrix::Plan;
 use super::matrix_progress;
 use super::matrix_report::{self, RunInfo};
 use super::{outdir, plot, BenchOpts, Env};
-use crate::guest::job::Driver;
 use crate::guest::{self, Accel};
 use crate::progress::{detail, fmt_duration, phase};
 
@@ -55,23 +54,18 @@ pub fn run(env: &Env, opts: &BenchOpts) -> Result<()> {
         ));
     }
     // Booted with no driver: the guest loads each one for its block.
-    let mut bench_start: Option<Instant> = None;
-    let job = super::boot(
+    let (job, bench_start) = super::boot_timed(
         env,
-        Driver::None,
         plan.guest_vars(),
         plan.limit(&env.accel),
-        |l| {
-            let start = *bench_start.get_or_insert_with(Instant::now);
-            match matrix_progress::parse(l) {
-                Some(c) => detail(matrix_progress::format(
-                    &c,
-                    plan.rounds(),
-                    started.elapsed(),
-                    matrix_progress::time_left(&c, start.elapsed()),
-                )),
-                None => detail(l),
-            }
+        |l, elapsed| match matrix_progress::parse(l) {
+            Some(c) => detail(matrix_progress::format(
+                &c,
+                plan.rounds(),
+                started.elapsed(),
+                matrix_progress::time_left(&c, elapsed),
+            )),
+            None => detail(l),
         },
     )?;
     if let Some(start) = bench_start {

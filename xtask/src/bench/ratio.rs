@@ -5,13 +5,11 @@
 //! then a summary over the iodepths.
 
 use anyhow::{bail, Result};
-use std::time::Instant;
 
 use super::plan::{self, Plan};
 use super::samples::{first, kiops, Samples};
 use super::stats::{median, spread};
 use super::{BenchOpts, Env};
-use crate::guest::job::Driver;
 use crate::progress::{detail, fmt_duration, phase};
 
 const DEFAULT_ROUNDS: u32 = 5;
@@ -33,20 +31,15 @@ pub fn run(env: &Env, opts: &BenchOpts) -> Result<()> {
     // Booted with no driver: bench.sh loads each one for its own run.
     // Time left after each round: from the first `bench:` line (bench.sh
     // starting, after the boot).
-    let mut bench_start: Option<Instant> = None;
-    let job = super::boot(
+    let (job, _) = super::boot_timed(
         env,
-        Driver::None,
         plan.guest_vars(),
         plan.limit(&env.accel),
-        |l| {
-            let start = *bench_start.get_or_insert_with(Instant::now);
-            match plan::time_left(l, start.elapsed()) {
-                Some(left) if !left.is_zero() => {
-                    detail(format!("{l} (about {} left)", fmt_duration(left)))
-                }
-                _ => detail(l),
+        |l, elapsed| match plan::time_left(l, elapsed) {
+            Some(left) if !left.is_zero() => {
+                detail(format!("{l} (about {} left)", fmt_duration(left)))
             }
+            _ => detail(l),
         },
     )?;
     let samples = super::read_samples(&job)?;
