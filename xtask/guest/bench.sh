@@ -11,7 +11,10 @@
 #            mq-deadline (set through sysfs), patched driver
 #  affinity: fio 4k randread IOPS, fio on CPU 0, server on CPU 1, device
 #            with/without UBLK_F_SUPPORT_RQ_AFFINITY, rq_affinity 0/1/2,
-#            iodepth 16 and 96
+#            iodepth 16 and 96; and (section affinity_cpu, configs
+#            ".../server" and ".../submit") the system + irq + softirq
+#            time of CPU 1 and of CPU 0 per completed READ over the fio
+#            run (/proc/stat, /sys/block/ublkbN/stat), in microseconds
 #  start:    per device: device_add_disk() time (function_graph) and the
 #            wall time of `kublk add`, NDEV devices, the unpatched 7.3.4
 #            module (default mq-deadline) vs the patched one (default none)
@@ -89,8 +92,25 @@ bench_sched() {
 	del_all
 }
 
+# cpu_sys <cpu>: system + irq + softirq time of <cpu> so far, in ticks
+cpu_sys() {
+	awk -v c="cpu$1" '$1 == c { print $4 + $7 + $8 }' /proc/stat
+}
+
+# reads_done <dev_id>: READs completed by /dev/ublkb<dev_id> so far
+reads_done() {
+	awk '{ print $1 }' "/sys/block/ublkb$1/stat"
+}
+
+# us_per_io <ticks before> <ticks after> <I/Os>
+us_per_io() {
+	awk -v a="$1" -v b="$2" -v n="$3" -v hz="$HZ_USER" \
+		'BEGIN { if (n > 0) printf "%.2f", (b - a) * 1e6 / hz / n }'
+}
+
 bench_affinity() {
-	local r flag rqa qd id_flag id_plain id
+	local r flag rqa qd id_flag id_plain id cfg s0 s1 e0 e1 n0 n1
+	HZ_USER=$(getconf CLK_TCK 2>/dev/null || echo 100)
 	id_plain=$(add_null)
 	id_flag=$(add_null $FLAG_OPT) || return 1
 	for id in "$id_plain" "$id_flag"; do pin_server "$id"; done
@@ -102,7 +122,12 @@ bench_affinity() {
 					id=$id_plain
 					[ "$flag" = with ] && id=$id_flag
 					echo "$rqa" > "/sys/block/ublkb$id/queue/rq_affinity"
-					rec affinity "qd$qd/rqa$rqa/$flag" "$r" "$(fio_iops "$qd" "/dev/ublkb$id")"
+					cfg="qd$qd/rqa$rqa/$flag"
+					s0=$(cpu_sys 0) s1=$(cpu_sys 1) n0=$(reads_done "$id")
+					rec affinity "$cfg" "$r" "$(fio_iops "$qd" "/dev/ublkb$id")"
+					e0=$(cpu_sys 0) e1=$(cpu_sys 1) n1=$(reads_done "$id")
+					rec affinity_cpu "$cfg/server" "$r" "$(us_per_io "$s1" "$e1" $((n1 - n0)))"
+					rec affinity_cpu "$cfg/submit" "$r" "$(us_per_io "$s0" "$e0" $((n1 - n0)))"
 				done
 			done
 		done

@@ -151,6 +151,12 @@ cleanup_between() {
 	rm -rf /tmp/ublk* /run/ublksrvd 2>/dev/null
 }
 
+# plain_trace <file>: a test's xtrace without the time stamps PS4 puts
+# after the "+" marks.
+plain_trace() {
+	sed -E 's/^(\++)[0-9]+[.,][0-9]+ /\1 /' "$1"
+}
+
 # Why a test exited with the skip code: its last line of output, or else
 # the check it ran last (from the xtrace), e.g. a missing program.
 skip_reason() {
@@ -166,7 +172,7 @@ skip_reason() {
 				/^\++ _have_feature / { split($0, w, " "); feat = w[3]; next }
 				feat != "" && /^\++ return 1$/ { last = feat; feat = ""; next }
 				feat != "" && /^\++ return 0$/ { feat = "" }
-				END { if (last != "") print "feature " last " not supported" }' "$log.trace")
+				END { if (last != "") print "feature " last " not supported" }' <(plain_trace "$log.trace"))
 			[ -n "$f" ] && r=$f
 		fi
 		;;
@@ -180,7 +186,7 @@ skip_reason() {
 				}
 				print "exit after: " l[n]; exit
 			}
-			/^\++ / { sub(/^\++ /, ""); l[++n] = $0 }' "$log.trace")
+			/^\++ / { sub(/^\++ /, ""); l[++n] = $0 }' <(plain_trace "$log.trace"))
 	fi
 	echo "${r:-exited with the skip code, no message}" | tr -d '\r#' | cut -c1-160
 }
@@ -196,8 +202,11 @@ run_one() {
 	kmsg "start $t"
 	say "start $n $t"
 	start=$(date +%s.%N)
-	# xtrace to a separate file: it names the check behind a silent skip.
-	(cd "$dir" && exec env BASH_XTRACEFD=9 timeout -k 15 "$TEST_TIMEOUT" bash -x "./$t" 9>"$log.trace") \
+	# xtrace to a separate file: it names the check behind a silent skip,
+	# and its time stamps say where the time goes (`cargo xtask profile`).
+	# Bash does not take PS4 from the environment as root; BASH_ENV works
+	# (every bash the test starts reads it too: it only sets PS4).
+	(cd "$dir" && exec env BASH_XTRACEFD=9 BASH_ENV="$JOB/ps4.sh" timeout -k 15 "$TEST_TIMEOUT" bash -x "./$t" 9>"$log.trace") \
 		> "$log" 2>&1 </dev/null
 	rc=$?
 	end=$(date +%s.%N)
@@ -268,6 +277,8 @@ run_selftests() {
 	total=${#tests[@]}
 	export JOBS=${JOBS:-1}
 	mkdir -p "$JOB/logs"
+	# shellcheck disable=SC2016 # expanded by the traced shell, per line
+	printf '%s\n' "PS4='+\${EPOCHREALTIME} '" > "$JOB/ps4.sh"
 	local keeper=
 	if [ "$JOBS" -gt 1 ]; then
 		keep_nodes &

@@ -29,6 +29,8 @@ enum Cmd {
     Vm(VmOpts),
     /// Measure the C series (scheduler, rq_affinity, START_DEV): markdown table.
     Bench(crate::bench::BenchOpts),
+    /// Where a selftest boot's time went, from its tests' time-stamped traces.
+    Profile(crate::profile::ProfileOpts),
     /// Copy a patch series for sending: your sign-off, To/Cc, checkpatch.
     PrepareSend(crate::send::SendOpts),
 }
@@ -51,6 +53,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }),
         Cmd::Bench(opts) => {
             crate::bench::run(&opts)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Profile(opts) => {
+            crate::profile::run(&opts)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::PrepareSend(opts) => {

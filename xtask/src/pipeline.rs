@@ -26,7 +26,7 @@ impl Flavour {
         }
     }
 
-    fn fragments(self) -> &'static [&'static str] {
+    pub fn fragments(self) -> &'static [&'static str] {
         match self {
             Flavour::Default => &["ublk"],
             Flavour::Debug => &["ublk", "debug"],

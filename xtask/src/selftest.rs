@@ -3,7 +3,8 @@
 
 use anyhow::{bail, Result};
 use regex::Regex;
-use std::path::Path;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::eta::Eta;
@@ -15,6 +16,7 @@ use crate::layout::Layout;
 use crate::pipeline::{self, KernelOpts};
 use crate::progress::{detail, fmt_duration, phase};
 use crate::splat::{self, Splat};
+use crate::tier;
 use crate::userland::{self, Userland};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -55,6 +57,20 @@ pub struct SelftestOpts {
     /// with `--config debug`].
     #[arg(long)]
     pub timeout: Option<u64>,
+    /// What CI runs: the Rust driver first, every test; then the C driver
+    /// with our tests, one upstream test per family, the tests it skipped
+    /// in the recorded baseline and every test the Rust driver did not
+    /// pass; the others are reported as skipped against it. The whole
+    /// suite instead if the C driver's inputs differ from those the
+    /// baseline was recorded with (xtask/src/tier.rs). With one driver:
+    /// its whole suite.
+    #[arg(long)]
+    pub ci: bool,
+    /// After a whole run that passed, record each driver's results as the
+    /// baseline of test times and the C driver's stamp (xtask/times/),
+    /// to be committed. Default kernel only.
+    #[arg(long, conflicts_with_all = ["filters", "quick", "ci"])]
+    pub save_baseline: bool,
 }
 
 impl SelftestOpts {
@@ -370,12 +386,17 @@ pub fn run(opts: &SelftestOpts) -> Result<bool> {
     all.push(HARNESS_WARN.into());
     let always_quick: Vec<String> = ours.iter().chain(&harness).cloned().collect();
     let selected = select(&all, &always_quick, opts.quick, &filters);
+    if opts.save_baseline && opts.debug() {
+        bail!("--save-baseline records the default kernel's baseline (what CI runs), not --config debug's");
+    }
+    let tiering = Tiering::decide(opts, &layout, &kernel, &all, &ours)?;
     if opts.list {
         for t in &selected {
-            match crate::sharing::reason(t) {
-                Some(why) => println!("{t} ({}: {why})", crate::sharing::of(t).word()),
-                None => println!("{t}"),
-            }
+            let sharing = match crate::sharing::reason(t) {
+                Some(why) => format!(" ({}: {why})", crate::sharing::of(t).word()),
+                None => String::new(),
+            };
+            println!("{t}{sharing}{}", tiering.list_note(t));
         }
         return Ok(true);
     }
@@ -385,6 +406,8 @@ pub fn run(opts: &SelftestOpts) -> Result<bool> {
     let drivers: Vec<Driver> = match opts.driver {
         DriverChoice::C => vec![Driver::C],
         DriverChoice::Rust => vec![Driver::Rust],
+        // `--ci`: the C driver's tests depend on what the Rust driver passed.
+        DriverChoice::Both if opts.ci => vec![Driver::Rust, Driver::C],
         DriverChoice::Both => vec![Driver::C, Driver::Rust],
     };
     for d in &drivers {
@@ -437,14 +460,53 @@ pub fn run(opts: &SelftestOpts) -> Result<bool> {
         .iter()
         .map(|d| (prefix_of(d), format!("-selftest-{}", d.name())))
         .collect();
-    let pending: Vec<String> = boots
+    // Under `--ci`, the C boot's tests as the newest Rust results predict
+    // them; the Rust boot of this run decides.
+    let projected = |d: &Driver| match &tiering.share {
+        Some(share) if *d == Driver::C => share
+            .of(&suite, &newest_results(&layout, Driver::Rust))
+            .into_iter()
+            .map(|(t, _)| t)
+            .collect(),
+        _ => suite.clone(),
+    };
+    let pending: Vec<String> = drivers
         .iter()
-        .flat_map(|(p, _)| suite.iter().map(move |t| format!("{p}{t}")))
+        .zip(&boots)
+        .flat_map(|(d, (p, _))| projected(d).into_iter().map(move |t| format!("{p}{t}")))
         .collect();
     let mut eta = Eta::load(&layout.runs(), &layout.baseline_times(), &boots, pending);
+    let mut rust_results: Vec<TestResult> = Vec::new();
+    let mut c_ran = None;
+    let mut recorded = Vec::new();
     if !suite.is_empty() {
         for d in &drivers {
             let prefix = prefix_of(d);
+            let suite = match &tiering.share {
+                Some(share) if *d == Driver::C => {
+                    let picked = share.of(&suite, &rust_results);
+                    let tests: Vec<String> = picked.iter().map(|(t, _)| t.clone()).collect();
+                    eta.replace_pending(&prefix, &tests);
+                    phase(format!(
+                        "--ci: the C driver runs {} of {} tests ({}); the other {} passed against the Rust driver and are reported as skipped against the C driver",
+                        tests.len(),
+                        suite.len(),
+                        tier_counts(&picked),
+                        suite.len() - tests.len()
+                    ));
+                    let left_out: Vec<String> = suite
+                        .iter()
+                        .filter(|t| !tests.contains(t))
+                        .cloned()
+                        .collect();
+                    c_ran = Some((tests.len(), suite.len(), left_out));
+                    if tests.is_empty() {
+                        continue;
+                    }
+                    tests
+                }
+                _ => suite.clone(),
+            };
             let left = Duration::from_secs(opts.timeout()).saturating_sub(run_start.elapsed());
             phase(format!(
                 "booting {} guest with the {} driver: {} tests, up to {} at once, per-test timeout {}s, {} left",
@@ -485,11 +547,37 @@ pub fn run(opts: &SelftestOpts) -> Result<bool> {
                 outcome.ending,
                 outcome.last_started.as_deref().unwrap_or("none")
             ));
-            results.extend(suite_results(&job, &outcome, &order, &prefix));
+            let these = suite_results(&job, &outcome, &order, &prefix);
+            if *d == Driver::Rust {
+                rust_results = these
+                    .iter()
+                    .filter_map(|r| {
+                        let name = r.name.strip_prefix(&prefix)?.to_string();
+                        Some(TestResult { name, ..r.clone() })
+                    })
+                    .collect();
+            }
+            results.extend(these);
+            recorded.push((d.name(), job.results()));
             job_dirs.push(job.dir);
         }
     }
 
+    if let Some((_, _, left_out)) = &c_ran {
+        let why = format!(
+            "--ci: passed against the Rust driver; the C driver's inputs match the recorded stamp {}",
+            tier::short(tiering.stamp.as_deref().unwrap_or_default())
+        );
+        for t in left_out {
+            results.push(TestResult {
+                number: 0,
+                name: format!("{}{t}", prefix_of(&Driver::C)),
+                status: Status::Skip,
+                detail: why.clone(),
+                seconds: None,
+            });
+        }
+    }
     println!("KTAP version 1");
     println!("1..{}", results.len());
     for (i, r) in results.iter_mut().enumerate() {
@@ -508,9 +596,156 @@ pub fn run(opts: &SelftestOpts) -> Result<bool> {
         report.count(Status::Fail) + report.count(Status::Timeout),
         report.count(Status::Skip),
     );
+    match (&c_ran, &tiering.whole_why) {
+        (Some((ran, of, _)), _) => println!(
+            "# --ci: the C driver ran {ran} of {of} tests: its inputs match the recorded stamp {}; the whole run is `cargo xtask selftest`",
+            tier::short(tiering.stamp.as_deref().unwrap_or_default())
+        ),
+        (None, Some(why)) if opts.ci => {
+            println!("# --ci: the whole suite ran against every driver: {why}")
+        }
+        _ => {}
+    }
+    if opts.save_baseline {
+        if f == 0 {
+            tier::save_baseline(
+                &layout.baseline_times(),
+                &recorded,
+                tiering.stamp.as_deref(),
+            )?;
+        } else {
+            println!("# --save-baseline: nothing recorded, the run did not pass");
+        }
+    }
     println!("# total time {}", fmt_duration(run_start.elapsed()));
     println!("selftest: {p} passed, {f} failed, {s} skipped");
     Ok(f == 0)
+}
+
+/// What the C driver runs under `--ci` (see tier.rs).
+struct Tiering {
+    /// `Some`: it runs its share of the suite.
+    share: Option<Share>,
+    /// The stamp of the C driver's inputs in this run's tree (with `--ci`
+    /// or `--save-baseline`).
+    stamp: Option<String>,
+    /// Why it runs the whole suite under `--ci`.
+    whole_why: Option<String>,
+}
+
+/// What decides the C driver's share under `--ci`.
+struct Share {
+    /// Our tests (selftests/ and the harness tests).
+    ours: BTreeSet<String>,
+    /// The tests it skipped in the recorded baseline.
+    c_skips: BTreeSet<String>,
+}
+
+impl Share {
+    fn of(&self, suite: &[String], rust: &[TestResult]) -> Vec<(String, tier::Why)> {
+        tier::c_share(suite, &self.ours, &self.c_skips, rust)
+    }
+}
+
+impl Tiering {
+    fn decide(
+        opts: &SelftestOpts,
+        layout: &Layout,
+        kernel: &Outputs,
+        all: &[String],
+        selftests: &[String],
+    ) -> Result<Tiering> {
+        let stamp = if opts.ci || opts.save_baseline {
+            Some(tier::stamp(
+                &layout.tree(),
+                selftests,
+                opts.kernel.flavour.name(),
+                &kernel.out.join(".config"),
+            )?)
+        } else {
+            None
+        };
+        let none = |stamp, whole_why| Tiering {
+            share: None,
+            stamp,
+            whole_why,
+        };
+        let Some(now) = stamp.as_deref().filter(|_| opts.ci) else {
+            return Ok(none(stamp, None));
+        };
+        tier::check_smoke(all)?;
+        let times = layout.baseline_times();
+        let recorded = tier::recorded(&times)?;
+        let both = opts.driver == DriverChoice::Both;
+        if let Some(why) = tier::whole_c_suite(both, now, recorded.as_deref()) {
+            phase(format!("--ci: whole suite against every driver: {why}"));
+            return Ok(none(stamp, Some(why)));
+        }
+        let ours: BTreeSet<String> = selftests
+            .iter()
+            .cloned()
+            .chain(harness_tests(layout))
+            .collect();
+        phase(format!(
+            "--ci: the C driver's inputs match the recorded stamp {} ({}): the Rust driver runs every test, then the C driver its share",
+            tier::short(now),
+            tier::STAMP_COVERS
+        ));
+        Ok(Tiering {
+            share: Some(Share {
+                ours,
+                c_skips: tier::recorded_c_skips(&times),
+            }),
+            stamp,
+            whole_why: None,
+        })
+    }
+
+    /// What `--list` says of `test` under `--ci`.
+    fn list_note(&self, test: &str) -> &'static str {
+        match &self.share {
+            Some(share) if !test.starts_with("harness_") => {
+                if share.ours.contains(test) || tier::C_SMOKE.contains(&test) {
+                    " [--ci: both drivers]"
+                } else if share.c_skips.contains(test) {
+                    " [--ci: both drivers: the C driver skipped it in the baseline]"
+                } else {
+                    " [--ci: Rust driver; C driver only if the Rust driver does not pass it]"
+                }
+            }
+            _ => "",
+        }
+    }
+}
+
+/// `3 ours, 11 one per family, ...` for the C driver's share.
+fn tier_counts(picked: &[(String, tier::Why)]) -> String {
+    let n = |w: tier::Why| picked.iter().filter(|(_, x)| *x == w).count();
+    format!(
+        "{} ours, {} one per family, {} it skipped in the baseline, {} the Rust driver did not pass",
+        n(tier::Why::Ours),
+        n(tier::Why::Smoke),
+        n(tier::Why::SkippedOnC),
+        n(tier::Why::NotPassedOnRust)
+    )
+}
+
+/// The newest results of `driver`'s boots: the newest run of this
+/// checkout, else the committed baseline.
+fn newest_results(layout: &Layout, driver: Driver) -> Vec<TestResult> {
+    let suffix = format!("-selftest-{}", driver.name());
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(layout.runs())
+        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    dirs.retain(|d| d.to_string_lossy().ends_with(&suffix) && d.join("results.ktap").exists());
+    dirs.sort();
+    let file = match dirs.last() {
+        Some(d) => d.join("results.ktap"),
+        None => layout
+            .baseline_times()
+            .join(format!("selftest-{}.ktap", driver.name())),
+    };
+    ktap::parse(&std::fs::read_to_string(file).unwrap_or_default()).results
 }
 
 #[cfg(test)]

@@ -1,8 +1,11 @@
 //! `cargo xtask prepare-send`: a copy of a series ready for git send-email.
 //!
-//! Committed patches carry no Signed-off-by or other trailers naming people.
+//! Committed patches carry no Signed-off-by or other trailers naming people,
+//! except those the named person posted publicly ([`POSTED_TRAILERS`]).
 //! This adds the submitter's own sign-off from their git config, To/Cc from
 //! the tree's scripts/get_maintainer.pl, and runs checkpatch on the result.
+//! A patch by someone else (its From: is not one of our placeholder
+//! `@invalid` identities) keeps its author in an in-body From: line.
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -17,7 +20,7 @@ use crate::{source, tree};
 pub struct SendOpts {
     #[command(flatten)]
     pub kernel: KernelOpts,
-    /// Series directory under patches/ (e.g. 02-ublk-v2); default: all.
+    /// Series directory under patches/ (e.g. 02-ublk-v3); default: all.
     #[arg(long)]
     pub series: Vec<String>,
     /// Output directory (default target/send).
@@ -36,11 +39,23 @@ pub const PERSON_TRAILERS: &[&str] = &[
     "Suggested-by:",
 ];
 
-/// Lines of a patch that are person trailers (in the message part).
+/// Person trailers that the person named posted publicly, copied exactly
+/// from the posting (../shared/reference/): the only ones a committed
+/// patch may carry.
+pub const POSTED_TRAILERS: &[&str] = &[
+    // "[PATCH] ublk: don't use an I/O scheduler by default", linux-block,
+    // 2026-10-01, and Ming Lei's reply to it.
+    "Signed-off-by: Qiliang Yuan <odys.yuan@gmail.com>",
+    "Reviewed-by: Ming Lei <tom.leiming@gmail.com>",
+];
+
+/// Lines of a patch that are person trailers (in the message part) not
+/// posted publicly by their person.
 pub fn person_trailers(patch: &str) -> Vec<String> {
     message_part(patch)
         .lines()
         .filter(|l| PERSON_TRAILERS.iter().any(|t| l.starts_with(t)))
+        .filter(|l| !POSTED_TRAILERS.contains(l))
         .map(str::to_string)
         .collect()
 }
@@ -52,8 +67,10 @@ fn message_part(patch: &str) -> &str {
     }
 }
 
-/// Makes the submitter the author (`From:`), adds their `Signed-off-by`
-/// before the `---` line and To/Cc to the mail headers.
+/// Makes the submitter the sender (`From:`), adds their `Signed-off-by`
+/// before the `---` line and To/Cc to the mail headers. A patch whose
+/// author is a person, not one of our placeholders (`...@invalid`), keeps
+/// that author in a `From:` line at the top of the body.
 pub fn decorate(
     patch: &str,
     signoff: Option<&str>,
@@ -61,7 +78,17 @@ pub fn decorate(
     cc: &[String],
 ) -> Result<String> {
     let hdr_end = patch.find("\n\n").context("patch has no mail header")?;
-    // The submitter sends the patch as its author.
+    let author = patch[..hdr_end]
+        .lines()
+        .find_map(|l| l.strip_prefix("From: "))
+        .map(str::to_string);
+    let in_body_from = match (&author, signoff) {
+        (Some(a), Some(me)) if !a.ends_with("@invalid>") && a != me => {
+            Some(format!("From: {a}\n\n"))
+        }
+        _ => None,
+    };
+    // The submitter sends the patch.
     let mut headers: String = patch[..hdr_end]
         .lines()
         .map(|l| match (l.strip_prefix("From: "), signoff) {
@@ -77,6 +104,11 @@ pub fn decorate(
         headers += &format!("\nCc: {}", cc.join(",\n    "));
     }
     let mut body = patch[hdr_end..].to_string();
+    if let Some(from) = in_body_from {
+        if !body.starts_with(&format!("\n\n{from}")) {
+            body = format!("\n\n{from}{}", &body[2..]);
+        }
+    }
     if let Some(s) = signoff {
         let line = format!("Signed-off-by: {s}");
         if !body.contains(&line) {
@@ -241,6 +273,25 @@ mod tests {
     }
 
     #[test]
+    fn another_authors_patch_keeps_its_author() {
+        let p = "From 1 Mon Sep 17 00:00:00 2001\nFrom: Q Y <q@y.com>\nSubject: s\n\nProse.\n\nSigned-off-by: Q Y <q@y.com>\n---\n x | 1 +\n";
+        let out = decorate(p, Some("A <a@b>"), &[], &[]).unwrap();
+        assert!(
+            out.contains("\nFrom: A <a@b>\nSubject: s\n\nFrom: Q Y <q@y.com>\n\nProse.\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("Signed-off-by: Q Y <q@y.com>\nSigned-off-by: A <a@b>\n---\n"),
+            "{out}"
+        );
+        assert_eq!(decorate(&out, Some("A <a@b>"), &[], &[]).unwrap(), out);
+        // Our placeholder authors become the submitter.
+        let ours = p.replace("From: Q Y <q@y.com>", "From: ublk v3 <ublk@invalid>");
+        let out = decorate(&ours, Some("A <a@b>"), &[], &[]).unwrap();
+        assert!(!out.contains("ublk@invalid"), "{out}");
+    }
+
+    #[test]
     fn signoff_after_prose_gets_blank_line() {
         let p = "Subject: s\n\nJust prose.\n---\n x | 1 +\n";
         let out = decorate(p, Some("A <a@b>"), &[], &[]).unwrap();
@@ -267,6 +318,10 @@ mod tests {
         assert_eq!(
             person_trailers("S\n\nSigned-off-by: X <x@y>\n---\n").len(),
             1
+        );
+        assert_eq!(
+            person_trailers(&format!("S\n\n{}\n---\n", POSTED_TRAILERS[0])).len(),
+            0
         );
     }
 }

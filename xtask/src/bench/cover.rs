@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use super::samples::{kiops, Samples};
-use super::stats::{median, percentile};
+use super::stats::{median, percentile, spread};
 use super::{BenchOpts, Env};
 use crate::guest::job::Driver;
 use crate::kbuild::Outputs;
@@ -16,7 +16,7 @@ use crate::layout::Layout;
 use crate::pipeline::KernelOpts;
 use crate::progress::{detail, phase};
 
-const DEFAULT_ROUNDS: u32 = 3;
+const DEFAULT_ROUNDS: u32 = 5;
 
 pub fn run(env: &Env, opts: &BenchOpts) -> Result<()> {
     let rounds = opts.rounds.unwrap_or(DEFAULT_ROUNDS);
@@ -87,33 +87,64 @@ fn base_module(layout: &Layout, kernel: &Outputs, opts: &KernelOpts) -> Result<P
     Ok(dir.join("ublk_drv.ko"))
 }
 
-/// Median over rounds of a per-round single value (IOPS).
-fn round_median(rounds: &BTreeMap<u32, Vec<f64>>) -> (f64, usize) {
-    let mut per: Vec<f64> = rounds.values().filter_map(|v| v.first().copied()).collect();
-    let n = per.len();
-    (median(&mut per), n)
+/// The per-round values (the first sample of each round).
+fn per_round(rounds: &BTreeMap<u32, Vec<f64>>) -> BTreeMap<u32, f64> {
+    rounds
+        .iter()
+        .filter_map(|(r, v)| v.first().map(|x| (*r, *x)))
+        .collect()
+}
+
+/// `median (smallest-largest)` of `v`, each value written by `f`.
+fn cell(v: &[f64], f: impl Fn(f64) -> String) -> String {
+    let mut m = v.to_vec();
+    match spread(v) {
+        Some((lo, hi)) => format!("{} ({}-{})", f(median(&mut m)), f(lo), f(hi)),
+        None => "-".into(),
+    }
+}
+
+/// The per-round ratios `b / a`, over the rounds both have.
+fn ratios(a: &BTreeMap<u32, f64>, b: &BTreeMap<u32, f64>) -> Vec<f64> {
+    a.iter()
+        .filter_map(|(r, x)| b.get(r).map(|y| y / x))
+        .collect()
+}
+
+fn times(x: f64) -> String {
+    format!("{x:.2}x")
+}
+
+fn us(x: f64) -> String {
+    format!("{x:.1}")
 }
 
 pub fn table(s: &Samples) -> String {
     let mut out = String::new();
     let get = |sec: &str, cfg: &str| s.get(sec).and_then(|m| m.get(cfg));
+    out +=
+        "IOPS and ratios: median over rounds (smallest-largest); a ratio is taken per round.\n\n";
     out += "| scheduler (fio 4k randread, iodepth 16) | mq-deadline | none | none/mq-deadline |\n|---|---|---|---|\n";
     for devs in ["1dev", "4dev"] {
         if let (Some(a), Some(b)) = (
             get("sched", &format!("mq-deadline/{devs}")),
             get("sched", &format!("none/{devs}")),
         ) {
-            let ((ma, n), (mb, _)) = (round_median(a), round_median(b));
+            let (a, b) = (per_round(a), per_round(b));
+            let av: Vec<f64> = a.values().copied().collect();
+            let bv: Vec<f64> = b.values().copied().collect();
             out += &format!(
-                "| {} device(s), median of {n} | {} | {} | {:.2}x |\n",
+                "| {} device(s), {} rounds | {} | {} | {} |\n",
                 &devs[..1],
-                kiops(ma),
-                kiops(mb),
-                mb / ma
+                av.len(),
+                cell(&av, kiops),
+                cell(&bv, kiops),
+                cell(&ratios(&a, &b), times)
             );
         }
     }
-    out += "\n| rq_affinity (fio on CPU 0, server on CPU 1) | without flag | with UBLK_F_SUPPORT_RQ_AFFINITY | with/without |\n|---|---|---|---|\n";
+    out += "\n| rq_affinity (fio on CPU 0, server on CPU 1) | IOPS without flag | IOPS with UBLK_F_SUPPORT_RQ_AFFINITY | with/without |\n|---|---|---|---|\n";
+    let mut cpu = String::new();
     for qd in [16, 96] {
         for rqa in 0..3 {
             let cfg = |f: &str| format!("qd{qd}/rqa{rqa}/{f}");
@@ -121,15 +152,36 @@ pub fn table(s: &Samples) -> String {
                 get("affinity", &cfg("without")),
                 get("affinity", &cfg("with")),
             ) {
-                let ((ma, n), (mb, _)) = (round_median(a), round_median(b));
+                let (a, b) = (per_round(a), per_round(b));
+                let av: Vec<f64> = a.values().copied().collect();
+                let bv: Vec<f64> = b.values().copied().collect();
                 out += &format!(
-                    "| iodepth {qd}, rq_affinity={rqa}, median of {n} | {} | {} | {:.2}x |\n",
-                    kiops(ma),
-                    kiops(mb),
-                    mb / ma
+                    "| iodepth {qd}, rq_affinity={rqa}, {} rounds | {} | {} | {} |\n",
+                    av.len(),
+                    cell(&av, kiops),
+                    cell(&bv, kiops),
+                    cell(&ratios(&a, &b), times)
+                );
+            }
+            let us_of = |f: &str, cpu: &str| -> String {
+                get("affinity_cpu", &format!("qd{qd}/rqa{rqa}/{f}/{cpu}"))
+                    .map(|m| cell(&per_round(m).into_values().collect::<Vec<_>>(), us))
+                    .unwrap_or_else(|| "-".into())
+            };
+            if get("affinity_cpu", &cfg("without/server")).is_some() {
+                cpu += &format!(
+                    "| iodepth {qd}, rq_affinity={rqa} | {} | {} | {} | {} |\n",
+                    us_of("without", "server"),
+                    us_of("with", "server"),
+                    us_of("without", "submit"),
+                    us_of("with", "submit")
                 );
             }
         }
+    }
+    if !cpu.is_empty() {
+        out += "\n| system + irq + softirq time per READ, us (/proc/stat) | server CPU 1, without flag | server CPU 1, with flag | submitting CPU 0, without flag | submitting CPU 0, with flag |\n|---|---|---|---|---|\n";
+        out += &cpu;
     }
     out += "\n| device start, per device (ms) | p50 | p99 | samples |\n|---|---|---|---|\n";
     for label in ["unpatched", "patched"] {
@@ -162,14 +214,20 @@ mod tests {
     fn table_from_csv() {
         let csv = "sched,mq-deadline/1dev,1,18000\nsched,none/1dev,1,72000\nsched,mq-deadline/1dev,2,19000\nsched,none/1dev,2,70000\n\
                    affinity,qd16/rqa2/without,1,50000\naffinity,qd16/rqa2/with,1,45000\n\
+                   affinity_cpu,qd16/rqa2/without/server,1,12.5\naffinity_cpu,qd16/rqa2/with/server,1,6.25\n\
+                   affinity_cpu,qd16/rqa2/without/submit,1,3\naffinity_cpu,qd16/rqa2/with/submit,1,9\n\
                    start,patched/add_disk-ms,1,0.5\nstart,patched/add_disk-ms,1,0.7\n";
         let t = table(&parse_csv(csv));
         assert!(
-            t.contains("| 1 device(s), median of 2 | 18.5K | 71.0K | 3.84x |"),
+            t.contains("| 1 device(s), 2 rounds | 18.5K (18.0K-19.0K) | 71.0K (70.0K-72.0K) | 3.84x (3.68x-4.00x) |"),
             "{t}"
         );
         assert!(
-            t.contains("| iodepth 16, rq_affinity=2, median of 1 | 50.0K | 45.0K | 0.90x |"),
+            t.contains("| iodepth 16, rq_affinity=2, 1 rounds | 50.0K (50.0K-50.0K) | 45.0K (45.0K-45.0K) | 0.90x (0.90x-0.90x) |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| iodepth 16, rq_affinity=2 | 12.5 (12.5-12.5) | 6.2 (6.2-6.2) | 3.0 (3.0-3.0) | 9.0 (9.0-9.0) |"),
             "{t}"
         );
         assert!(

@@ -1,0 +1,467 @@
+//! `cargo xtask selftest --ci`: what CI runs, and why it fits its budget.
+//!
+//! Once the Rust driver passes what the C driver passes, the whole suite
+//! costs as much per driver, and a fresh build plus two whole halves no
+//! longer fit CI's 90 minutes on a slow machine. The Rust driver is what
+//! this repository develops; the C driver only changes when what it is
+//! built and tested from changes. So `--ci` boots the Rust driver first
+//! with every test, then the C driver with:
+//!
+//! - our own tests (selftests/, the harness tests), which our patches and
+//!   the Rust work change most;
+//! - one upstream test per family ([`C_SMOKE`]);
+//! - every test that did not pass against the Rust driver in this run
+//!   (skipped for a missing feature, or failed), and every test that the
+//!   C driver skipped in the recorded baseline: no test goes unrun, and
+//!   none counts as covered by a run in which it only skipped;
+//!
+//! and reports each test it leaves out as skipped against the C driver,
+//! saying why. The C driver runs the whole suite instead whenever the
+//! [`stamp`] of its inputs differs from the one a passing whole run
+//! recorded in xtask/times/ (`--save-baseline`). With one driver, `--ci`
+//! runs its whole suite.
+
+use anyhow::{bail, Context, Result};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use xshell::{cmd, Shell};
+
+use crate::ktap::{self, Status, TestResult};
+
+/// The upstream tests the C driver runs under `--ci` when its stamp is
+/// unchanged: one per family of the suite, the quickest that exercises it.
+pub const C_SMOKE: &[&str] = &[
+    "test_batch_02.sh",
+    "test_generic_03.sh",
+    "test_integrity_01.sh",
+    "test_loop_02.sh",
+    "test_null_01.sh",
+    "test_params_01.sh",
+    "test_part_02.sh",
+    "test_recover_04.sh",
+    "test_shmemzc_01.sh",
+    "test_stress_07.sh",
+    "test_stripe_02.sh",
+];
+
+/// Paths of the prepared tree whose changes cannot change how the C
+/// driver builds or behaves: the Rust code, its sample, the in-tree Rust
+/// null driver, documentation.
+pub const NOT_C: &[&str] = &[
+    "rust/",
+    "drivers/block/rust_ublk/",
+    "drivers/block/rnull/",
+    "samples/rust/",
+    "Documentation/",
+    "MAINTAINERS",
+];
+
+/// Where our own selftests land in the prepared tree; they run against
+/// the C driver under `--ci` anyway, so they stay out of the stamp.
+pub const SELFTESTS: &str = "tools/testing/selftests/ublk";
+
+/// The file in xtask/times/ that holds the recorded stamp.
+pub const STAMP_FILE: &str = "c-driver.stamp";
+
+/// What the stamp covers, for messages.
+pub const STAMP_COVERS: &str = "the base kernel tree, every file our patches and overlay change outside the Rust code and our own tests, the flavour and the final .config";
+
+/// The stamp of the C driver's inputs: SHA-256 over the tree of the
+/// pristine base, the object id of every file that the prepared tree
+/// `tree` (HEAD) changes from it, but those under [`NOT_C`] and our own
+/// tests `ours` (bare names under [`SELFTESTS`]), the kernel flavour, and
+/// the `.config` at `config` without its comments and tool versions.
+/// Object ids are content hashes: the same on every machine.
+pub fn stamp(tree: &Path, ours: &[String], flavour: &str, config: &Path) -> Result<String> {
+    let sh = Shell::new()?;
+    sh.change_dir(tree);
+    let spec = "base^{tree}";
+    let base = cmd!(sh, "git rev-parse {spec}")
+        .quiet()
+        .read()
+        .with_context(|| format!("no base in the prepared tree {}", tree.display()))?;
+    let raw = cmd!(sh, "git diff --raw --no-abbrev --no-renames base HEAD")
+        .quiet()
+        .read()?;
+    let mut h = Sha256::new();
+    h.update(format!("base {base}\n"));
+    for (path, id) in changed(&raw) {
+        if counts(path, ours) {
+            h.update(format!("{path} {id}\n"));
+        }
+    }
+    h.update(format!("flavour {flavour}\n"));
+    let config_text =
+        std::fs::read_to_string(config).with_context(|| format!("reading {}", config.display()))?;
+    for l in config_lines(&config_text) {
+        h.update(format!("{l}\n"));
+    }
+    Ok(format!("{:x}", h.finalize()))
+}
+
+/// `(path, new object id)` of each line of `git diff --raw --no-abbrev`.
+fn changed(raw: &str) -> impl Iterator<Item = (&str, &str)> {
+    raw.lines().filter_map(|l| {
+        let (meta, path) = l.split_once('\t')?;
+        let id = meta.split_whitespace().nth(3)?;
+        Some((path, id))
+    })
+}
+
+/// Whether a change to `path` can change the C driver or its tests.
+fn counts(path: &str, ours: &[String]) -> bool {
+    if NOT_C.iter().any(|p| path.starts_with(p)) {
+        return false;
+    }
+    match path
+        .strip_prefix(SELFTESTS)
+        .and_then(|t| t.strip_prefix('/'))
+    {
+        Some(t) => !ours.iter().any(|o| o == t),
+        None => true,
+    }
+}
+
+/// The lines of a `.config` that say what is built: no comments, no
+/// blank lines, no tool versions (the host's compiler may differ).
+fn config_lines(text: &str) -> impl Iterator<Item = &str> {
+    text.lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.contains("VERSION"))
+}
+
+/// The stamp recorded in `times` (xtask/times/), if any.
+pub fn recorded(times: &Path) -> Result<Option<String>> {
+    let file = times.join(STAMP_FILE);
+    let Ok(text) = std::fs::read_to_string(&file) else {
+        return Ok(None);
+    };
+    let s = text.trim();
+    if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        bail!(
+            "{} holds {s:?}, not a SHA-256 in hex: record it again with `cargo xtask selftest --save-baseline`",
+            file.display()
+        );
+    }
+    Ok(Some(s.to_string()))
+}
+
+/// The tests the C driver skipped in the recorded baseline (`times`).
+pub fn recorded_c_skips(times: &Path) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(times.join("selftest-c.ktap")).unwrap_or_default();
+    ktap::parse(&text)
+        .results
+        .into_iter()
+        .filter(|r| r.status == Status::Skip)
+        .map(|r| r.name)
+        .collect()
+}
+
+/// Checks that every [`C_SMOKE`] test is in the suite `all`.
+pub fn check_smoke(all: &[String]) -> Result<()> {
+    let missing: Vec<&str> = C_SMOKE
+        .iter()
+        .copied()
+        .filter(|t| !all.iter().any(|a| a == t))
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "tier.rs C_SMOKE names tests that are not in the suite: {}",
+            missing.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// The tests of `suite` that did not pass in `rust` (the Rust boot's
+/// results, bare names): skipped, failed, or not reported.
+pub fn not_passed(suite: &[String], rust: &[TestResult]) -> Vec<String> {
+    suite
+        .iter()
+        .filter(|t| {
+            rust.iter()
+                .find(|r| &r.name == *t)
+                .is_none_or(|r| r.status != Status::Pass)
+        })
+        .cloned()
+        .collect()
+}
+
+/// Why a test of the suite runs against the C driver under `--ci`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Why {
+    /// One of ours.
+    Ours,
+    /// One per family.
+    Smoke,
+    /// The C driver skipped it in the recorded baseline.
+    SkippedOnC,
+    /// It did not pass against the Rust driver in this run.
+    NotPassedOnRust,
+}
+
+/// The C driver's share of `suite` under `--ci` with an unchanged stamp:
+/// each test it runs, with the first reason; in `suite`'s order.
+pub fn c_share(
+    suite: &[String],
+    ours: &BTreeSet<String>,
+    c_skips: &BTreeSet<String>,
+    rust: &[TestResult],
+) -> Vec<(String, Why)> {
+    let missed = not_passed(suite, rust);
+    suite
+        .iter()
+        .filter_map(|t| {
+            let why = if ours.contains(t) {
+                Why::Ours
+            } else if C_SMOKE.contains(&t.as_str()) {
+                Why::Smoke
+            } else if c_skips.contains(t) {
+                Why::SkippedOnC
+            } else if missed.contains(t) {
+                Why::NotPassedOnRust
+            } else {
+                return None;
+            };
+            Some((t.clone(), why))
+        })
+        .collect()
+}
+
+/// Whether the C driver runs the whole suite under `--ci`, and why: the
+/// run's driver choice (`both`), the stamp of this tree and the recorded
+/// one. `None`: it runs its share.
+pub fn whole_c_suite(both: bool, now: &str, recorded: Option<&str>) -> Option<String> {
+    if !both {
+        return Some("one driver runs its whole suite".into());
+    }
+    match recorded {
+        None => Some(format!(
+            "no stamp recorded in xtask/times/{STAMP_FILE}: run `cargo xtask selftest --save-baseline` and commit xtask/times/"
+        )),
+        Some(r) if r != now => Some(format!(
+            "the C driver's inputs changed since the recorded stamp ({} now, {} recorded): record it again with a passing `cargo xtask selftest --save-baseline` and commit xtask/times/",
+            short(now),
+            short(r)
+        )),
+        Some(_) => None,
+    }
+}
+
+/// The first 12 hex digits of a stamp.
+pub fn short(stamp: &str) -> &str {
+    stamp.get(..12).unwrap_or(stamp)
+}
+
+/// `--save-baseline`: each boot's results (driver name, results.ktap)
+/// become the baseline of test times in `times`; with the C driver's, the
+/// stamp of its inputs.
+pub fn save_baseline(times: &Path, boots: &[(&str, PathBuf)], stamp: Option<&str>) -> Result<()> {
+    std::fs::create_dir_all(times).with_context(|| format!("creating {}", times.display()))?;
+    for (driver, results) in boots {
+        let to = times.join(format!("selftest-{driver}.ktap"));
+        std::fs::copy(results, &to)
+            .with_context(|| format!("copying {} to {}", results.display(), to.display()))?;
+        println!("# --save-baseline: {}", to.display());
+        if let (&"c", Some(stamp)) = (driver, stamp) {
+            let file = times.join(STAMP_FILE);
+            std::fs::write(&file, format!("{stamp}\n"))
+                .with_context(|| format!("writing {}", file.display()))?;
+            println!(
+                "# --save-baseline: C driver stamp {} in {}",
+                short(stamp),
+                file.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn result(name: &str, status: Status) -> TestResult {
+        TestResult {
+            number: 0,
+            name: name.into(),
+            status,
+            detail: String::new(),
+            seconds: Some(1.0),
+        }
+    }
+
+    #[test]
+    fn c_share_keeps_ours_smoke_c_skips_and_what_rust_did_not_pass() {
+        let suite = names(&[
+            "test_generic_02.sh",
+            "test_generic_03.sh",
+            "test_generic_08.sh",
+            "test_generic_09.sh",
+            "test_generic_18.sh",
+            "test_loop_06.sh",
+            "test_stress_03.sh",
+        ]);
+        let ours: BTreeSet<String> = ["test_generic_18.sh".to_string()].into();
+        let c_skips: BTreeSet<String> = ["test_generic_02.sh".to_string()].into();
+        let rust = [
+            result("test_generic_02.sh", Status::Pass),
+            result("test_generic_03.sh", Status::Pass),
+            result("test_generic_08.sh", Status::Skip),
+            result("test_generic_09.sh", Status::Pass),
+            result("test_generic_18.sh", Status::Pass),
+            result("test_loop_06.sh", Status::Fail),
+            // test_stress_03.sh: no result (the guest died before it).
+        ];
+        let share = c_share(&suite, &ours, &c_skips, &rust);
+        let expect = [
+            ("test_generic_02.sh", Why::SkippedOnC),
+            ("test_generic_03.sh", Why::Smoke),
+            ("test_generic_08.sh", Why::NotPassedOnRust),
+            ("test_generic_18.sh", Why::Ours),
+            ("test_loop_06.sh", Why::NotPassedOnRust),
+            ("test_stress_03.sh", Why::NotPassedOnRust),
+        ];
+        assert_eq!(
+            share,
+            expect
+                .iter()
+                .map(|(t, w)| (t.to_string(), *w))
+                .collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn whole_suite_unless_both_drivers_and_the_stamp_matches() {
+        let s = "a".repeat(64);
+        assert!(whole_c_suite(false, &s, Some(&s)).is_some());
+        assert!(whole_c_suite(true, &s, None)
+            .unwrap()
+            .contains("no stamp recorded"));
+        let other = "b".repeat(64);
+        let why = whole_c_suite(true, &s, Some(&other)).unwrap();
+        assert!(
+            why.contains("aaaaaaaaaaaa now, bbbbbbbbbbbb recorded"),
+            "{why}"
+        );
+        assert_eq!(whole_c_suite(true, &s, Some(&s)), None);
+    }
+
+    #[test]
+    fn smoke_names_must_exist() {
+        let mut all: Vec<String> = names(C_SMOKE);
+        assert!(check_smoke(&all).is_ok());
+        all.retain(|t| t != "test_loop_02.sh");
+        let e = check_smoke(&all).unwrap_err().to_string();
+        assert!(e.contains("test_loop_02.sh"), "{e}");
+    }
+
+    #[test]
+    fn what_counts_for_the_stamp() {
+        let ours = names(&["test_generic_18.sh"]);
+        assert!(counts("drivers/block/ublk_drv.c", &ours));
+        assert!(counts("drivers/block/Kconfig", &ours));
+        assert!(counts("tools/testing/selftests/ublk/kublk.c", &ours));
+        assert!(counts(
+            "tools/testing/selftests/ublk/test_part_01.sh",
+            &ours
+        ));
+        assert!(!counts(
+            "tools/testing/selftests/ublk/test_generic_18.sh",
+            &ours
+        ));
+        assert!(!counts("rust/kernel/block/mq.rs", &ours));
+        assert!(!counts("drivers/block/rust_ublk/io.rs", &ours));
+        assert!(!counts("MAINTAINERS", &ours));
+        let raw = ":100644 100644 1111111111111111111111111111111111111111 2222222222222222222222222222222222222222 M\tdrivers/block/ublk_drv.c\n";
+        assert_eq!(
+            changed(raw).collect::<Vec<_>>(),
+            [(
+                "drivers/block/ublk_drv.c",
+                "2222222222222222222222222222222222222222"
+            )]
+        );
+        let cfg = "# comment\nCONFIG_A=y\n\nCONFIG_CLANG_VERSION=190107\n";
+        assert_eq!(config_lines(cfg).collect::<Vec<_>>(), ["CONFIG_A=y"]);
+    }
+
+    fn git(dir: &Path, args: &[&str]) {
+        let sh = Shell::new().unwrap();
+        sh.change_dir(dir);
+        cmd!(
+            sh,
+            "git -c user.name=t -c user.email=t@invalid -c commit.gpgsign=false {args...}"
+        )
+        .quiet()
+        .ignore_stdout()
+        .ignore_stderr()
+        .run()
+        .unwrap_or_else(|e| panic!("git {args:?}: {e}"));
+    }
+
+    #[test]
+    fn stamp_follows_the_c_driver_inputs_only() {
+        let d = tempfile::tempdir().unwrap();
+        let tree = d.path().join("linux");
+        let write = |p: &str, text: &str| {
+            let f = tree.join(p);
+            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+            std::fs::write(f, text).unwrap();
+        };
+        for p in [
+            "drivers/block/ublk_drv.c",
+            "rust/kernel/lib.rs",
+            "tools/testing/selftests/ublk/test_generic_18.sh",
+            "tools/testing/selftests/ublk/kublk.c",
+            "mm/filemap.c",
+        ] {
+            write(p, "x\n");
+        }
+        let config = d.path().join(".config");
+        std::fs::write(&config, "CONFIG_BLK_DEV_UBLK=m\nCONFIG_CLANG_VERSION=1\n").unwrap();
+        git(&tree, &["init", "-q"]);
+        let commit = |msg: &str| {
+            git(&tree, &["add", "-A"]);
+            git(&tree, &["commit", "-q", "-m", msg]);
+        };
+        commit("base");
+        git(&tree, &["tag", "base"]);
+        let ours = names(&["test_generic_18.sh"]);
+        let st = || stamp(&tree, &ours, "default", &config).unwrap();
+        let s0 = st();
+        for (p, moved) in [
+            ("rust/kernel/lib.rs", false),
+            ("tools/testing/selftests/ublk/test_generic_18.sh", false),
+            ("drivers/block/ublk_drv.c", true),
+            ("tools/testing/selftests/ublk/kublk.c", true),
+            ("mm/filemap.c", true),
+        ] {
+            let before = st();
+            write(p, &format!("{p} changed\n"));
+            commit(p);
+            assert_eq!(st() != before, moved, "{p}");
+        }
+        assert_ne!(st(), s0);
+        let s1 = st();
+        std::fs::write(&config, "CONFIG_BLK_DEV_UBLK=m\nCONFIG_CLANG_VERSION=2\n").unwrap();
+        assert_eq!(st(), s1, "a compiler version is not an input");
+        std::fs::write(&config, "CONFIG_BLK_DEV_UBLK=y\nCONFIG_CLANG_VERSION=2\n").unwrap();
+        assert_ne!(st(), s1, "a config option is");
+        assert_ne!(stamp(&tree, &ours, "debug", &config).unwrap(), st());
+    }
+
+    #[test]
+    fn recorded_stamp_must_be_a_sha256() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(recorded(d.path()).unwrap(), None);
+        std::fs::write(d.path().join(STAMP_FILE), "abc\n").unwrap();
+        assert!(recorded(d.path()).is_err());
+        let s = "0123456789abcdef".repeat(4);
+        std::fs::write(d.path().join(STAMP_FILE), format!("{s}\n")).unwrap();
+        assert_eq!(recorded(d.path()).unwrap(), Some(s));
+    }
+}
