@@ -2,10 +2,10 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # Check on which CPU ublk ends its requests, with and without
-# UBLK_F_SUPPORT_RQ_AFFINITY, in every data copy mode kublk offers (copy,
-# user copy, zero copy, auto buffer registration, batch I/O), for READ,
-# WRITE, FLUSH, DISCARD and WRITE_ZEROES requests and for requests the
-# ublk server fails.
+# UBLK_F_SUPPORT_RQ_AFFINITY, in every data copy mode kublk offers with
+# its fault_inject target (copy, NEED_GET_DATA, user copy, zero copy,
+# auto buffer registration, batch I/O), for READ, WRITE, FLUSH, DISCARD
+# and WRITE_ZEROES requests and for requests the ublk server fails.
 #
 # The I/O is submitted from CPU 0 and the ublk server runs on CPU 1, and
 # queue/rq_affinity is 2 on every device:
@@ -13,6 +13,16 @@
 #    submitted it;
 #  - without the flag, ublk ignores rq_affinity and ends every request on
 #    CPU 1, in the ublk server task that commits the result, as before.
+#
+# In copy mode, also:
+#  - a READ that the server completes one sector short is ended for 7 of
+#    its 8 sectors and requeued for the last one (the only case where
+#    fewer bytes than the request's are ended), on the CPU above;
+#  - at rq_affinity=0 the flag keeps completion on the server's CPU
+#    (BLOCK_SOFTIRQ there, the device has one hardware queue), so a
+#    driver that always ended requests on the submitting CPU fails;
+#  - a READ still with the server when it is killed is failed by the
+#    driver with -EIO, with the flag on the submitting CPU too.
 #
 # Where a request is ended is read from the block:block_rq_complete
 # tracepoint. It fires in blk_update_request(), which ends the bios of the
@@ -84,7 +94,7 @@ _submit_op() {
 	local blk=$((IO_SECTOR / 8))
 
 	case "$op" in
-	read|read_error)
+	read|read_error|short_read)
 		taskset -c "$SUBMIT_CPU" dd if="$dev" of=/dev/null bs=4k \
 			count=1 skip="$blk" iflag=direct status=none 2>/dev/null
 		;;
@@ -108,7 +118,7 @@ _submit_op() {
 	esac
 }
 
-# Print "cpu rwbs sector error" for each block_rq_complete event of
+# Print "cpu rwbs sector+sectors error" for each block_rq_complete event of
 # operation $2 on the device with major,minor $1
 _collect_events() {
 	local majmin=$1
@@ -128,6 +138,9 @@ _collect_events() {
 			rwbs = f[2]
 			if (op == "flush")
 				ok = (rwbs == "FF")
+			else if (op == "short_read")
+				ok = (rwbs ~ /^R/ &&
+				      (f[4] == sector || f[4] == sector + 7))
 			else if (f[4] != sector)
 				ok = 0
 			else if (op ~ /^read/)
@@ -141,7 +154,7 @@ _collect_events() {
 			else
 				ok = 0
 			if (ok)
-				print cpu, rwbs, f[4], f[n]
+				print cpu, rwbs, f[4] "+" f[6], f[n]
 		}' "$cpu_dir/trace"
 	done
 }
@@ -149,24 +162,32 @@ _collect_events() {
 # Run operation $3 on device $1 (major,minor $2) and check that every
 # completion of it ran on CPU $4, described by $5; $6 describes the device
 _check_op() {
+	local ret
+
+	echo > "$TRACE_INST/trace"
+	echo 1 > "$TRACE_INST/tracing_on"
+	_submit_op "$1" "$3"
+	ret=$?
+	echo 0 > "$TRACE_INST/tracing_on"
+	_check_events "$@" "$ret"
+}
+
+# Check the traced completions of operation $3 submitted to device $1
+# (major,minor $2), whose submitter exited with $7: all on CPU $4,
+# described by $5; $6 describes the device
+_check_events() {
 	local dev=$1
 	local majmin=$2
 	local op=$3
 	local exp_cpu=$4
 	local exp_desc=$5
 	local what=$6
+	local ret=$7
 	local where
 	local events
 	local nr
 	local nr_other
 	local nr_bad
-	local ret
-
-	echo > "$TRACE_INST/trace"
-	echo 1 > "$TRACE_INST/tracing_on"
-	_submit_op "$dev" "$op"
-	ret=$?
-	echo 0 > "$TRACE_INST/tracing_on"
 
 	case "$op" in
 	*_error)
@@ -199,7 +220,7 @@ _check_op() {
 	if [ "$nr_other" -ne 0 ]; then
 		_fail "$what: $op: expected all $nr completions on CPU" \
 			"$exp_cpu ($exp_desc), $nr_other ran elsewhere;" \
-			"events (cpu rwbs sector error):"
+			"events (cpu rwbs sector+sectors error):"
 		echo "$events"
 		return
 	fi
@@ -208,7 +229,18 @@ _check_op() {
 			'NF && $4 != "[-5]" { n++ } END { print n + 0 }')
 		if [ "$nr_bad" -ne 0 ]; then
 			_fail "$what: $op: expected every completion to carry" \
-				"-EIO ([-5]); events (cpu rwbs sector error):"
+				"-EIO ([-5]); events (cpu rwbs sector+sectors error):"
+			echo "$events"
+			return
+		fi
+	fi
+	if [ "$op" = "short_read" ]; then
+		if ! echo "$events" | grep -q " $IO_SECTOR+7 " ||
+		   ! echo "$events" | grep -q " $((IO_SECTOR + 7))+1 "; then
+			_fail "$what: $op: expected 7 sectors ended at" \
+				"$IO_SECTOR and the last one, requeued, at" \
+				"$((IO_SECTOR + 7)); events (cpu rwbs" \
+				"sector+sectors error):"
 			echo "$events"
 			return
 		fi
@@ -216,13 +248,18 @@ _check_op() {
 	[ "$UBLK_TEST_QUIET" -eq 0 ] && echo "$what: $op: $nr completion(s) on CPU $exp_cpu"
 }
 
-# Create a fault_inject device, run the operations on it and delete it.
-# $1: name of the data copy mode, $2: "yes" for --rq_affinity, $3: value
-# for --err_code (0: none), the rest: kublk options of the mode.
+# Create a fault_inject device, run operations on it and delete it.
+# $1: name of the data copy mode, $2: "yes" for --rq_affinity, $3: what:
+#  ok     READ, WRITE, FLUSH, DISCARD and WRITE_ZEROES at rq_affinity=2
+#  error  READ and WRITE failed by the server (--err_code 5), rq_affinity=2
+#  short  a READ completed one sector short (--short_read), rq_affinity=2
+#  rqa0   READ and WRITE at rq_affinity=0
+# the rest: kublk options of the mode.
 _test_dev() {
 	local mode=$1
 	local flag=$2
-	local err_code=$3
+	local variant=$3
+	local rqa=2
 	local dev_id
 	local dev
 	local majmin
@@ -237,21 +274,26 @@ _test_dev() {
 
 	shift 3
 	args=(-t fault_inject -q 1 -d 16 "$@")
+	case "$variant" in
+	ok)	ops="read write flush discard write_zeroes" ;;
+	error)	args+=(--err_code 5); ops="read_error write_error" ;;
+	short)	args+=(--short_read); ops="short_read" ;;
+	rqa0)	rqa=0; ops="read write" ;;
+	esac
 	if [ "$flag" = "yes" ]; then
 		args+=(--rq_affinity)
+	fi
+	if [ "$flag" = "no" ]; then
+		exp_cpu=$SERVER_CPU
+		exp_desc="the ublk server's CPU, no UBLK_F_SUPPORT_RQ_AFFINITY"
+	elif [ "$rqa" -eq 2 ]; then
 		exp_cpu=$SUBMIT_CPU
 		exp_desc="the submitting CPU, as rq_affinity=2 asks"
 	else
 		exp_cpu=$SERVER_CPU
-		exp_desc="the ublk server's CPU, no UBLK_F_SUPPORT_RQ_AFFINITY"
+		exp_desc="the ublk server's CPU, as rq_affinity=0 asks"
 	fi
-	if [ "$err_code" -ne 0 ]; then
-		args+=(--err_code "$err_code")
-		ops="read_error write_error"
-	else
-		ops="read write flush discard write_zeroes"
-	fi
-	what="mode $mode, rq_affinity flag $flag"
+	what="mode $mode, rq_affinity flag $flag, rq_affinity=$rqa"
 
 	dev_id=$(_add_ublk_dev "${args[@]}")
 	_check_add_dev "$TID" $?
@@ -272,8 +314,8 @@ _test_dev() {
 	if ! taskset -a -p -c "$SERVER_CPU" "$pid" > /dev/null; then
 		_fail "$what: can't move ublk server $pid to CPU $SERVER_CPU"
 	fi
-	if ! echo 2 > /sys/block/ublkb"$dev_id"/queue/rq_affinity; then
-		_fail "$what: can't set rq_affinity of $dev to 2"
+	if ! echo "$rqa" > /sys/block/ublkb"$dev_id"/queue/rq_affinity; then
+		_fail "$what: can't set rq_affinity of $dev to $rqa"
 	fi
 
 	majmin=$(tr ':' ',' < /sys/block/ublkb"$dev_id"/dev)
@@ -284,6 +326,52 @@ _test_dev() {
 		_check_op "$dev" "$majmin" "$op" "$exp_cpu" "$exp_desc" \
 			"$what"
 	done
+
+	_ublk_del_dev "$dev_id" > /dev/null
+	udevadm settle --timeout=20
+}
+
+# Kill the server of a flagged copy-mode device while it holds a READ
+# (the fault_inject target waits 3 s before completing it): the driver
+# fails the READ with -EIO when it tears the queue down, and that
+# completion has to reach the submitting CPU too.
+_test_exit() {
+	local what="mode copy, rq_affinity flag yes, server killed"
+	local dev_id
+	local dev
+	local majmin
+	local pid
+	local dd_pid
+	local ret
+
+	dev_id=$(_add_ublk_dev -t fault_inject -q 1 -d 16 --delay_us 3000000 \
+		--rq_affinity)
+	_check_add_dev "$TID" $?
+	dev=/dev/ublkb"$dev_id"
+	pid=$(_get_ublk_daemon_pid "$dev_id")
+	if ! taskset -a -p -c "$SERVER_CPU" "$pid" > /dev/null; then
+		_fail "$what: can't move ublk server $pid to CPU $SERVER_CPU"
+	fi
+	echo 2 > /sys/block/ublkb"$dev_id"/queue/rq_affinity
+	majmin=$(tr ':' ',' < /sys/block/ublkb"$dev_id"/dev)
+	echo "dev == $(_get_disk_dev_t "$dev_id")" > \
+		"$TRACE_INST/events/block/block_rq_complete/filter" 2>/dev/null
+
+	echo > "$TRACE_INST/trace"
+	echo 1 > "$TRACE_INST/tracing_on"
+	_submit_op "$dev" read_error &
+	dd_pid=$!
+	for _ in $(seq 40); do
+		[ "$(awk '{ print $1 }' /sys/block/ublkb"$dev_id"/inflight)" -gt 0 ] &&
+			break
+		sleep 0.05
+	done
+	kill -9 "$pid"
+	wait "$dd_pid"
+	ret=$?
+	echo 0 > "$TRACE_INST/tracing_on"
+	_check_events "$dev" "$majmin" read_error "$SUBMIT_CPU" \
+		"the submitting CPU, as rq_affinity=2 asks" "$what" "$ret"
 
 	_ublk_del_dev "$dev_id" > /dev/null
 	udevadm settle --timeout=20
@@ -326,9 +414,10 @@ if ! echo 1 > "$TRACE_INST/events/block/block_rq_complete/enable"; then
 	_show_result "$TID" "$ERR_CODE"
 fi
 
-for mode in copy user_copy zero_copy auto_zc batch; do
+for mode in copy get_data user_copy zero_copy auto_zc batch; do
 	case "$mode" in
 	copy)		feature="";		opts=() ;;
+	get_data)	feature="NEED_GET_DATA"; opts=(-g 1) ;;
 	user_copy)	feature="USER_COPY";	opts=(-u) ;;
 	zero_copy)	feature="ZERO_COPY";	opts=(-z) ;;
 	auto_zc)	feature="AUTO_BUF_REG";	opts=(--auto_zc) ;;
@@ -340,10 +429,15 @@ for mode in copy user_copy zero_copy auto_zc batch; do
 	fi
 
 	for flag in yes no; do
-		_test_dev "$mode" "$flag" 0 "${opts[@]}"
-		_test_dev "$mode" "$flag" 5 "${opts[@]}"
+		_test_dev "$mode" "$flag" ok "${opts[@]}"
+		_test_dev "$mode" "$flag" error "${opts[@]}"
+		if [ "$mode" = "copy" ]; then
+			_test_dev "$mode" "$flag" short
+			_test_dev "$mode" "$flag" rqa0
+		fi
 	done
 done
+_test_exit
 
 _cleanup_test
 _show_result "$TID" "$ERR_CODE"

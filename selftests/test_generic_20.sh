@@ -175,7 +175,8 @@ _kill_server() {
 		rm -f /dev/ublkb"$dev_id"
 	fi
 	if [ -n "$seq" ] && [ "$(_diskseq "$dev_id")" = "$seq" ]; then
-		_fail "$what: /dev/ublkb$dev_id (diskseq $seq) still exists after deleting the device"
+		_fail "$what: /dev/ublkb$dev_id (diskseq $seq) still exists" \
+			"after deleting the device"
 	fi
 }
 
