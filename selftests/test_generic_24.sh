@@ -24,7 +24,7 @@ _fail() {
 }
 
 # _read <dev_id>: one 4k direct READ, 1 GiB into the device, away from what
-# udev and partition scanning read; bounded to 60 seconds.
+# udev reads; given up after 60 seconds (unless dd sleeps uninterruptibly).
 _read() {
 	timeout 60 dd if=/dev/ublkb"$1" of=/dev/null bs=4k count=1 \
 		skip=262144 iflag=direct status=none 2>&1
@@ -37,6 +37,35 @@ if [ ! -d "$FI" ]; then
 	_cleanup_test
 	exit "$UBLK_SKIP_CODE"
 fi
+for prog in dd timeout; do
+	if ! _have_program "$prog"; then
+		echo "$TID: skip: $prog is missing"
+		_cleanup_test
+		exit "$UBLK_SKIP_CODE"
+	fi
+done
+
+# fail_io_timeout's settings are global: put them back on exit
+FI_KNOBS="probability interval times verbose space"
+declare -A FI_SAVED=()
+for k in $FI_KNOBS; do
+	FI_SAVED[$k]=$(cat "$FI/$k")
+done
+_restore_fi() {
+	local k
+
+	for k in $FI_KNOBS; do
+		echo "${FI_SAVED[$k]}" > "$FI/$k"
+	done
+}
+trap _restore_fi EXIT
+
+# no partition scan READ (asynchronous, after udev settles) may take the
+# one injection meant for the test's READ
+noscan=()
+if _have_feature "NO_AUTO_PART_SCAN"; then
+	noscan=(--no_auto_part_scan)
+fi
 
 modes=("")
 if _have_feature "SUPPORT_RQ_AFFINITY"; then
@@ -46,12 +75,13 @@ fi
 for mode in "${modes[@]}"; do
 	what="${mode:-no flag}"
 	# shellcheck disable=SC2086 # $mode is empty or one option
-	dev_id=$(_add_ublk_dev -t fault_inject -q 1 -d 16 $mode)
+	dev_id=$(_add_ublk_dev -t fault_inject -q 1 -d 16 "${noscan[@]}" $mode)
 	_check_add_dev "$TID" $?
 	bdev=/sys/block/ublkb"$dev_id"
 
 	echo 1000 > "$bdev"/queue/io_timeout
 	echo 0 > "$FI"/verbose
+	echo 0 > "$FI"/space
 	echo 1 > "$FI"/interval
 	echo 100 > "$FI"/probability
 	echo 1 > "$FI"/times
