@@ -28,6 +28,12 @@ setup() {
 	mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
 	mkdir -p /dev/hugepages && mount -t hugetlbfs hugetlbfs /dev/hugepages 2>/dev/null
 	mkdir -p /dev/pts && mount -t devpts devpts /dev/pts 2>/dev/null
+	# What udev or systemd create on a normal system: bash's process
+	# substitution (test_integrity_02's version check) opens /dev/fd/N.
+	[ -e /dev/fd ] || ln -s /proc/self/fd /dev/fd
+	[ -e /dev/stdin ] || ln -s /proc/self/fd/0 /dev/stdin
+	[ -e /dev/stdout ] || ln -s /proc/self/fd/1 /dev/stdout
+	[ -e /dev/stderr ] || ln -s /proc/self/fd/2 /dev/stderr
 
 	# Kernel log to the job directory as it is written.
 	dmesg -w > "$JOB/dmesg.txt" 2>&1 &
@@ -168,17 +174,17 @@ skip_reason() {
 	*": [SKIP]"* | "ublk selftest: "*" done at "*)
 		if [ -f "$log.trace" ]; then
 			local f
-			f=$(awk '
+			f=$(plain_trace "$log.trace" | awk '
 				/^\++ _have_feature / { split($0, w, " "); feat = w[3]; next }
 				feat != "" && /^\++ return 1$/ { last = feat; feat = ""; next }
 				feat != "" && /^\++ return 0$/ { feat = "" }
-				END { if (last != "") print "feature " last " not supported" }' <(plain_trace "$log.trace"))
+				END { if (last != "") print "feature " last " not supported" }')
 			[ -n "$f" ] && r=$f
 		fi
 		;;
 	esac
 	if [ -z "$r" ] && [ -f "$log.trace" ]; then
-		r=$(awk '
+		r=$(plain_trace "$log.trace" | awk '
 			/^\++ exit / {
 				for (i = n; i > n - 4 && i > 0; i--) {
 					if (l[i] ~ /^_have_program /) { split(l[i], w, " "); print w[2] " not installed"; exit }
@@ -186,7 +192,7 @@ skip_reason() {
 				}
 				print "exit after: " l[n]; exit
 			}
-			/^\++ / { sub(/^\++ /, ""); l[++n] = $0 }' <(plain_trace "$log.trace"))
+			/^\++ / { sub(/^\++ /, ""); l[++n] = $0 }')
 	fi
 	echo "${r:-exited with the skip code, no message}" | tr -d '\r#' | cut -c1-160
 }
