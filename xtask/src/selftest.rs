@@ -612,6 +612,7 @@ pub fn run(opts: &SelftestOpts) -> Result<bool> {
                 &layout.baseline_times(),
                 &recorded,
                 tiering.stamp.as_deref(),
+                &ours_dirs(&layout),
             )?;
         } else {
             println!("# --save-baseline: nothing recorded, the run did not pass");
@@ -635,7 +636,8 @@ struct Tiering {
 
 /// What decides the C driver's share under `--ci`.
 struct Share {
-    /// Our tests (selftests/ and the harness tests).
+    /// Our tests (selftests/ and the harness tests) whose directory
+    /// changed since the baseline.
     ours: BTreeSet<String>,
     /// The tests it skipped in the recorded baseline.
     c_skips: BTreeSet<String>,
@@ -681,11 +683,16 @@ impl Tiering {
             phase(format!("--ci: whole suite against every driver: {why}"));
             return Ok(none(stamp, Some(why)));
         }
-        let ours: BTreeSet<String> = selftests
-            .iter()
-            .cloned()
-            .chain(harness_tests(layout))
-            .collect();
+        // Our tests run against the C driver when their directory changed
+        // since the baseline.
+        let changed = tier::ours_changed(&times, &ours_dirs(layout))?;
+        let mut ours = BTreeSet::new();
+        if changed.contains("selftests") {
+            ours.extend(selftests.iter().cloned());
+        }
+        if changed.contains("harness") {
+            ours.extend(harness_tests(layout));
+        }
         phase(format!(
             "--ci: the C driver's inputs match the recorded stamp {} ({}): the Rust driver runs every test, then the C driver its share",
             tier::short(now),
@@ -705,7 +712,9 @@ impl Tiering {
     fn list_note(&self, test: &str) -> &'static str {
         match &self.share {
             Some(share) if !test.starts_with("harness_") => {
-                if share.ours.contains(test) || tier::C_SMOKE.contains(&test) {
+                if share.ours.contains(test) {
+                    " [--ci: both drivers: one of ours, changed since the baseline]"
+                } else if tier::C_SMOKE.contains(&test) {
                     " [--ci: both drivers]"
                 } else if share.c_skips.contains(test) {
                     " [--ci: both drivers: the C driver skipped it in the baseline]"
@@ -718,11 +727,19 @@ impl Tiering {
     }
 }
 
+/// The directories of our tests, by the name [`tier::OURS_FILE`] records.
+fn ours_dirs(layout: &Layout) -> Vec<(&'static str, PathBuf)> {
+    vec![
+        ("selftests", layout.repo.join("selftests")),
+        ("harness", layout.harness_tests()),
+    ]
+}
+
 /// `3 ours, 11 one per family, ...` for the C driver's share.
 fn tier_counts(picked: &[(String, tier::Why)]) -> String {
     let n = |w: tier::Why| picked.iter().filter(|(_, x)| *x == w).count();
     format!(
-        "{} ours, {} one per family, {} it skipped in the baseline, {} the Rust driver did not pass",
+        "{} ours changed since the baseline, {} one per family, {} it skipped in the baseline, {} the Rust driver did not pass",
         n(tier::Why::Ours),
         n(tier::Why::Smoke),
         n(tier::Why::SkippedOnC),

@@ -7,8 +7,9 @@
 //! built and tested from changes. So `--ci` boots the Rust driver first
 //! with every test, then the C driver with:
 //!
-//! - our own tests (selftests/, the harness tests), which our patches and
-//!   the Rust work change most;
+//! - our own tests (selftests/, the harness tests) if their directory
+//!   changed since the baseline ([`ours_changed`]): they are kept out of
+//!   the stamp, as they change most;
 //! - one upstream test per family ([`C_SMOKE`]);
 //! - every test that did not pass against the Rust driver in this run
 //!   (skipped for a missing feature, or failed), and every test that the
@@ -63,6 +64,70 @@ pub const SELFTESTS: &str = "tools/testing/selftests/ublk";
 
 /// The file in xtask/times/ that holds the recorded stamp.
 pub const STAMP_FILE: &str = "c-driver.stamp";
+
+/// The file in xtask/times/ that holds, per directory of our tests, the
+/// hash its files had in the recorded baseline (`<sha256> <dir>`).
+pub const OURS_FILE: &str = "c-ours.sha256";
+
+/// SHA-256 over every file under `dir` (relative path and content, in
+/// path order); an empty directory or none hashes as empty.
+pub fn dir_hash(dir: &Path) -> Result<String> {
+    fn walk(dir: &Path, root: &Path, out: &mut Vec<(String, PathBuf)>) -> Result<()> {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return Ok(());
+        };
+        for e in rd {
+            let p = e?.path();
+            if p.is_dir() {
+                walk(&p, root, out)?;
+            } else {
+                let rel = p
+                    .strip_prefix(root)
+                    .unwrap_or(&p)
+                    .to_string_lossy()
+                    .into_owned();
+                out.push((rel, p));
+            }
+        }
+        Ok(())
+    }
+    let mut files = Vec::new();
+    walk(dir, dir, &mut files)?;
+    files.sort();
+    let mut h = Sha256::new();
+    for (rel, p) in files {
+        let bytes = std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?;
+        h.update(format!("{rel} {}\n", bytes.len()));
+        h.update(&bytes);
+    }
+    Ok(format!("{:x}", h.finalize()))
+}
+
+/// The lines of [`OURS_FILE`] for `dirs` (name, path), in their order.
+pub fn ours_hashes(dirs: &[(&str, PathBuf)]) -> Result<String> {
+    let mut out = String::new();
+    for (name, dir) in dirs {
+        out += &format!("{} {name}\n", dir_hash(dir)?);
+    }
+    Ok(out)
+}
+
+/// The names of `dirs` whose files differ from the recorded baseline in
+/// `times` (all of them if none is recorded).
+pub fn ours_changed(times: &Path, dirs: &[(&str, PathBuf)]) -> Result<BTreeSet<String>> {
+    let recorded = std::fs::read_to_string(times.join(OURS_FILE)).unwrap_or_default();
+    let mut changed = BTreeSet::new();
+    for (name, dir) in dirs {
+        let now = dir_hash(dir)?;
+        let same = recorded
+            .lines()
+            .any(|l| l.split_once(' ') == Some((now.as_str(), name)));
+        if !same {
+            changed.insert(name.to_string());
+        }
+    }
+    Ok(changed)
+}
 
 /// What the stamp covers, for messages.
 pub const STAMP_COVERS: &str = "the base kernel tree, every file our patches and overlay change outside the Rust code and our own tests, the flavour and the final .config";
@@ -256,7 +321,12 @@ pub fn short(stamp: &str) -> &str {
 /// `--save-baseline`: each boot's results (driver name, results.ktap)
 /// become the baseline of test times in `times`; with the C driver's, the
 /// stamp of its inputs.
-pub fn save_baseline(times: &Path, boots: &[(&str, PathBuf)], stamp: Option<&str>) -> Result<()> {
+pub fn save_baseline(
+    times: &Path,
+    boots: &[(&str, PathBuf)],
+    stamp: Option<&str>,
+    ours: &[(&str, PathBuf)],
+) -> Result<()> {
     std::fs::create_dir_all(times).with_context(|| format!("creating {}", times.display()))?;
     for (driver, results) in boots {
         let to = times.join(format!("selftest-{driver}.ktap"));
@@ -272,6 +342,10 @@ pub fn save_baseline(times: &Path, boots: &[(&str, PathBuf)], stamp: Option<&str
                 short(stamp),
                 file.display()
             );
+            let file = times.join(OURS_FILE);
+            std::fs::write(&file, ours_hashes(ours)?)
+                .with_context(|| format!("writing {}", file.display()))?;
+            println!("# --save-baseline: our tests' hashes in {}", file.display());
         }
     }
     Ok(())
@@ -452,6 +526,32 @@ mod tests {
         std::fs::write(&config, "CONFIG_BLK_DEV_UBLK=y\nCONFIG_CLANG_VERSION=2\n").unwrap();
         assert_ne!(st(), s1, "a config option is");
         assert_ne!(stamp(&tree, &ours, "debug", &config).unwrap(), st());
+    }
+
+    #[test]
+    fn ours_run_on_c_only_when_their_directory_changed() {
+        let d = tempfile::tempdir().unwrap();
+        let (a, b, times) = (d.path().join("a"), d.path().join("b"), d.path().join("t"));
+        for dir in [&a, &b, &times] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        std::fs::write(a.join("test_x.sh"), "x").unwrap();
+        std::fs::create_dir_all(b.join("sub")).unwrap();
+        std::fs::write(b.join("sub/lib.rs"), "y").unwrap();
+        let dirs = [("selftests", a.clone()), ("harness", b.clone())];
+        let all: BTreeSet<String> = ["selftests".into(), "harness".into()].into();
+        assert_eq!(
+            ours_changed(&times, &dirs).unwrap(),
+            all,
+            "nothing recorded"
+        );
+        std::fs::write(times.join(OURS_FILE), ours_hashes(&dirs).unwrap()).unwrap();
+        assert!(ours_changed(&times, &dirs).unwrap().is_empty());
+        std::fs::write(b.join("sub/lib.rs"), "z").unwrap();
+        assert_eq!(
+            ours_changed(&times, &dirs).unwrap(),
+            ["harness".to_string()].into()
+        );
     }
 
     #[test]
