@@ -389,7 +389,7 @@ pub fn run(opts: &SelftestOpts) -> Result<bool> {
     if opts.save_baseline && opts.debug() {
         bail!("--save-baseline records the default kernel's baseline (what CI runs), not --config debug's");
     }
-    let tiering = Tiering::decide(opts, &layout, &kernel, &all, &ours)?;
+    let tiering = Tiering::decide(opts, &layout, &all, &ours)?;
     if opts.list {
         for t in &selected {
             let sharing = match crate::sharing::reason(t) {
@@ -653,16 +653,22 @@ impl Tiering {
     fn decide(
         opts: &SelftestOpts,
         layout: &Layout,
-        kernel: &Outputs,
         all: &[String],
         selftests: &[String],
     ) -> Result<Tiering> {
         let stamp = if opts.ci || opts.save_baseline {
+            let fragments: Vec<PathBuf> = opts
+                .kernel
+                .flavour
+                .fragments()
+                .iter()
+                .map(|f| layout.config_fragment(f))
+                .collect();
             Some(tier::stamp(
                 &layout.tree(),
                 selftests,
                 opts.kernel.flavour.name(),
-                &kernel.out.join(".config"),
+                &fragments,
             )?)
         } else {
             None
@@ -694,8 +700,7 @@ impl Tiering {
             ours.extend(harness_tests(layout));
         }
         phase(format!(
-            "--ci: the C driver's inputs match the recorded stamp {} ({}): the Rust driver runs every test, then the C driver its share",
-            tier::short(now),
+            "--ci: the C driver's inputs match the recorded stamp {now} ({}): the Rust driver runs every test, then the C driver its share",
             tier::STAMP_COVERS
         ));
         Ok(Tiering {

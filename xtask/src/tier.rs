@@ -130,15 +130,18 @@ pub fn ours_changed(times: &Path, dirs: &[(&str, PathBuf)]) -> Result<BTreeSet<S
 }
 
 /// What the stamp covers, for messages.
-pub const STAMP_COVERS: &str = "the base kernel tree, every file our patches and overlay change outside the Rust code and our own tests, the flavour and the final .config";
+pub const STAMP_COVERS: &str = "the base kernel tree, every file our patches and overlay change outside the Rust code and our own tests, the flavour and its config fragments";
 
 /// The stamp of the C driver's inputs: SHA-256 over the tree of the
 /// pristine base, the object id of every file that the prepared tree
 /// `tree` (HEAD) changes from it, but those under [`NOT_C`] and our own
 /// tests `ours` (bare names under [`SELFTESTS`]), the kernel flavour, and
-/// the `.config` at `config` without its comments and tool versions.
-/// Object ids are content hashes: the same on every machine.
-pub fn stamp(tree: &Path, ours: &[String], flavour: &str, config: &Path) -> Result<String> {
+/// its config fragments (not the final .config: what the toolchain
+/// detects, e.g. the `RUSTC_HAS_*` options of an unpinned rustc, would
+/// change it from machine to machine; the build checks that every
+/// fragment option survives). Object ids are content hashes: the same on
+/// every machine.
+pub fn stamp(tree: &Path, ours: &[String], flavour: &str, fragments: &[PathBuf]) -> Result<String> {
     let sh = Shell::new()?;
     sh.change_dir(tree);
     let spec = "base^{tree}";
@@ -157,10 +160,14 @@ pub fn stamp(tree: &Path, ours: &[String], flavour: &str, config: &Path) -> Resu
         }
     }
     h.update(format!("flavour {flavour}\n"));
-    let config_text =
-        std::fs::read_to_string(config).with_context(|| format!("reading {}", config.display()))?;
-    for l in config_lines(&config_text) {
-        h.update(format!("{l}\n"));
+    for f in fragments {
+        let text =
+            std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+        let name = f.file_name().unwrap_or_default().to_string_lossy();
+        h.update(format!("fragment {name}\n"));
+        for l in config_lines(&text) {
+            h.update(format!("{l}\n"));
+        }
     }
     Ok(format!("{:x}", h.finalize()))
 }
@@ -188,8 +195,8 @@ fn counts(path: &str, ours: &[String]) -> bool {
     }
 }
 
-/// The lines of a `.config` that say what is built: no comments, no
-/// blank lines, no tool versions (the host's compiler may differ).
+/// The lines of a config fragment that say what is built: no comments,
+/// no blank lines, no tool versions.
 fn config_lines(text: &str) -> impl Iterator<Item = &str> {
     text.lines()
         .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.contains("VERSION"))
@@ -305,8 +312,7 @@ pub fn whole_c_suite(both: bool, now: &str, recorded: Option<&str>) -> Option<St
             "no stamp recorded in xtask/times/{STAMP_FILE}: run `cargo xtask selftest --save-baseline` and commit xtask/times/"
         )),
         Some(r) if r != now => Some(format!(
-            "the C driver's inputs changed since the recorded stamp ({} now, {} recorded): record it again with a passing `cargo xtask selftest --save-baseline` and commit xtask/times/",
-            short(now),
+            "the C driver's inputs changed since the recorded stamp ({now} now, {} recorded): record it again with a passing `cargo xtask selftest --save-baseline` and commit xtask/times/",
             short(r)
         )),
         Some(_) => None,
@@ -495,8 +501,8 @@ mod tests {
         ] {
             write(p, "x\n");
         }
-        let config = d.path().join(".config");
-        std::fs::write(&config, "CONFIG_BLK_DEV_UBLK=m\nCONFIG_CLANG_VERSION=1\n").unwrap();
+        let config = d.path().join("ublk.config");
+        std::fs::write(&config, "CONFIG_BLK_DEV_UBLK=m\n# a comment\n").unwrap();
         git(&tree, &["init", "-q"]);
         let commit = |msg: &str| {
             git(&tree, &["add", "-A"]);
@@ -505,7 +511,8 @@ mod tests {
         commit("base");
         git(&tree, &["tag", "base"]);
         let ours = names(&["test_generic_18.sh"]);
-        let st = || stamp(&tree, &ours, "default", &config).unwrap();
+        let frags = [config.clone()];
+        let st = || stamp(&tree, &ours, "default", &frags).unwrap();
         let s0 = st();
         for (p, moved) in [
             ("rust/kernel/lib.rs", false),
@@ -521,11 +528,11 @@ mod tests {
         }
         assert_ne!(st(), s0);
         let s1 = st();
-        std::fs::write(&config, "CONFIG_BLK_DEV_UBLK=m\nCONFIG_CLANG_VERSION=2\n").unwrap();
-        assert_eq!(st(), s1, "a compiler version is not an input");
-        std::fs::write(&config, "CONFIG_BLK_DEV_UBLK=y\nCONFIG_CLANG_VERSION=2\n").unwrap();
+        std::fs::write(&config, "CONFIG_BLK_DEV_UBLK=m\n# another comment\n").unwrap();
+        assert_eq!(st(), s1, "a comment is not an input");
+        std::fs::write(&config, "CONFIG_BLK_DEV_UBLK=y\n").unwrap();
         assert_ne!(st(), s1, "a config option is");
-        assert_ne!(stamp(&tree, &ours, "debug", &config).unwrap(), st());
+        assert_ne!(stamp(&tree, &ours, "debug", &frags).unwrap(), st());
     }
 
     #[test]
