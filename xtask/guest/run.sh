@@ -172,7 +172,13 @@ skip_reason() {
 	# check in the trace does.
 	case "$r" in
 	*": [SKIP]"* | "ublk selftest: "*" done at "*)
-		if [ -f "$log.trace" ]; then
+		# A test that says why ("<test>: skip: <why>") is believed
+		# first: a failed optional feature check is no reason.
+		local said
+		said=$(grep -m1 -E '^[a-z0-9_]+: skip: ' "$log")
+		if [ -n "$said" ]; then
+			r=$said
+		elif [ -f "$log.trace" ]; then
 			local f
 			f=$(plain_trace "$log.trace" | awk '
 				/^\++ _have_feature / { split($0, w, " "); feat = w[3]; next }
