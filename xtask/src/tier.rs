@@ -69,8 +69,30 @@ pub const STAMP_FILE: &str = "c-driver.stamp";
 /// hash its files had in the recorded baseline (`<sha256> <dir>`).
 pub const OURS_FILE: &str = "c-ours.sha256";
 
+/// The files under `dir` that git tracks (relative paths), if it is in
+/// a git work tree: a stray file a developer left there must not count.
+fn tracked(dir: &Path) -> Option<Vec<String>> {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["ls-files", "-z", "."])
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    Some(
+        String::from_utf8_lossy(&out.stdout)
+            .split('\0')
+            .filter(|f| !f.is_empty())
+            .map(str::to_string)
+            .collect(),
+    )
+}
+
 /// SHA-256 over every file under `dir` (relative path and content, in
-/// path order); an empty directory or none hashes as empty.
+/// path order): those git tracks if `dir` is in a git work tree, else all
+/// of them; an empty directory or none hashes as empty.
 pub fn dir_hash(dir: &Path) -> Result<String> {
     fn walk(dir: &Path, root: &Path, out: &mut Vec<(String, PathBuf)>) -> Result<()> {
         let Ok(rd) = std::fs::read_dir(dir) else {
@@ -92,7 +114,13 @@ pub fn dir_hash(dir: &Path) -> Result<String> {
         Ok(())
     }
     let mut files = Vec::new();
-    walk(dir, dir, &mut files)?;
+    match tracked(dir) {
+        Some(list) => files.extend(list.into_iter().map(|rel| {
+            let p = dir.join(&rel);
+            (rel, p)
+        })),
+        None => walk(dir, dir, &mut files)?,
+    }
     files.sort();
     let mut h = Sha256::new();
     for (rel, p) in files {
