@@ -80,6 +80,11 @@ pub struct BenchOpts {
         requires = "matrix"
     )]
     pub drivers: Vec<BlkDriver>,
+    /// Instead of a boot: print the cover letter's tables from the
+    /// samples (bench.csv) of an earlier run, e.g. one that a kernel splat
+    /// cut short.
+    #[arg(long, value_name = "BENCH_CSV", conflicts_with = "fio_mode")]
+    pub report: Option<std::path::PathBuf>,
     /// With --matrix: the hardware queue counts, comma separated (at most
     /// the guest's 2 CPUs).
     #[arg(
@@ -112,6 +117,12 @@ fn check(opts: &BenchOpts) -> Result<()> {
 
 pub fn run(opts: &BenchOpts) -> Result<()> {
     check(opts)?;
+    if let Some(csv) = &opts.report {
+        let text =
+            std::fs::read_to_string(csv).with_context(|| format!("reading {}", csv.display()))?;
+        print!("{}", cover::table(&samples::parse_csv(&text)));
+        return Ok(());
+    }
     let layout = pipeline::layout(&opts.kernel)?;
     let kernel = pipeline::ensure_kernel(&layout, &opts.kernel)?;
     let userland = userland::ensure(&layout, &kernel)?;
