@@ -26,7 +26,15 @@ impl Flavour {
         }
     }
 
-    pub fn fragments(self) -> &'static [&'static str] {
+    /// The config fragment files of this flavour, in the order applied.
+    pub fn fragment_paths(self, layout: &Layout) -> Vec<PathBuf> {
+        self.fragments()
+            .iter()
+            .map(|f| layout.config_fragment(f))
+            .collect()
+    }
+
+    fn fragments(self) -> &'static [&'static str] {
         match self {
             Flavour::Default => &["ublk"],
             Flavour::Debug => &["ublk", "debug"],
@@ -78,13 +86,7 @@ pub fn ensure_kernel(layout: &Layout, opts: &KernelOpts) -> Result<Outputs> {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
     };
     let out = layout.build_dir(opts.flavour.name());
-    let fragments: Vec<PathBuf> = opts
-        .flavour
-        .fragments()
-        .iter()
-        .map(|f| layout.config_fragment(f))
-        .collect();
-    let config_fp = kconfig::configure(&make, &out, &fragments)?;
+    let config_fp = kconfig::configure(&make, &out, &opts.flavour.fragment_paths(layout))?;
     let outputs = kbuild::build(&make, &out, &prepared.head, &config_fp)?;
     Ok(outputs)
 }

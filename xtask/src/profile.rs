@@ -121,22 +121,10 @@ pub fn run(opts: &ProfileOpts) -> Result<()> {
 
 /// The newest `*-selftest-<driver>` job directory of each driver.
 fn newest_boots(runs: &Path) -> Vec<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(runs)
-        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
-        .unwrap_or_default();
-    dirs.sort();
-    let mut out = Vec::new();
-    for driver in ["c", "rust"] {
-        let suffix = format!("-selftest-{driver}");
-        if let Some(d) = dirs
-            .iter()
-            .rev()
-            .find(|d| d.to_string_lossy().ends_with(&suffix) && d.join("logs").is_dir())
-        {
-            out.push(d.clone());
-        }
-    }
-    out
+    ["c", "rust"]
+        .iter()
+        .filter_map(|d| crate::guest::job::newest(runs, &format!("-selftest-{d}"), "logs"))
+        .collect()
 }
 
 fn report(dir: &Path, top: usize) -> Result<()> {

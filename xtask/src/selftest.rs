@@ -657,18 +657,11 @@ impl Tiering {
         selftests: &[String],
     ) -> Result<Tiering> {
         let stamp = if opts.ci || opts.save_baseline {
-            let fragments: Vec<PathBuf> = opts
-                .kernel
-                .flavour
-                .fragments()
-                .iter()
-                .map(|f| layout.config_fragment(f))
-                .collect();
             Some(tier::stamp(
                 &layout.tree(),
                 selftests,
                 opts.kernel.flavour.name(),
-                &fragments,
+                &opts.kernel.flavour.fragment_paths(layout),
             )?)
         } else {
             None
@@ -756,12 +749,7 @@ fn tier_counts(picked: &[(String, tier::Why)]) -> String {
 /// checkout, else the committed baseline.
 fn newest_results(layout: &Layout, driver: Driver) -> Vec<TestResult> {
     let suffix = format!("-selftest-{}", driver.name());
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(layout.runs())
-        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
-        .unwrap_or_default();
-    dirs.retain(|d| d.to_string_lossy().ends_with(&suffix) && d.join("results.ktap").exists());
-    dirs.sort();
-    let file = match dirs.last() {
+    let file = match job::newest(&layout.runs(), &suffix, "results.ktap") {
         Some(d) => d.join("results.ktap"),
         None => layout
             .baseline_times()

@@ -193,6 +193,18 @@ fn check_cmdline_path(p: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The newest job directory in `runs` whose name ends with `suffix` (e.g.
+/// `-selftest-c`) and that holds `file`, if any.
+pub fn newest(runs: &Path, suffix: &str, file: &str) -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(runs)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|d| d.to_string_lossy().ends_with(suffix) && d.join(file).exists())
+        .collect();
+    dirs.sort();
+    dirs.pop()
+}
+
 /// Newest job directories beyond `keep` are left; older ones are removed.
 pub fn prune(runs: &Path, keep: usize) {
     let Ok(rd) = std::fs::read_dir(runs) else {
