@@ -40,25 +40,23 @@ const ALONE: &[(&str, &str)] = &[
         "test_badinput_01.sh",
         "expects exact errnos, some of which depend on global counts",
     ),
-    (
-        "test_rublk_loop.sh",
-        "checks that no rublk process is left after its device is deleted",
-    ),
-    (
-        "test_rublk_null.sh",
-        "checks that no rublk process is left after its device is deleted",
-    ),
 ];
 
 /// Tests that run alone, by name prefix, and why.
-const ALONE_PREFIXES: &[(&str, &str)] = &[(
-    "test_stress_",
-    // Beside them, loop_05/loop_08 got EIO and ENXIO on their own
-    // /dev/ublkb0, and generic_20 timed out deleting a device; two stress
-    // tests at once took stress_04 from 56 s to 261 s.
-    "removes devices under a running fio, whose later opens of /dev/ublkbN reach whichever \
+const ALONE_PREFIXES: &[(&str, &str)] = &[
+    (
+        "test_rublk_",
+        "checks that no rublk process is left after its device is deleted",
+    ),
+    (
+        "test_stress_",
+        // Beside them, loop_05/loop_08 got EIO and ENXIO on their own
+        // /dev/ublkb0, and generic_20 timed out deleting a device; two stress
+        // tests at once took stress_04 from 56 s to 261 s.
+        "removes devices under a running fio, whose later opens of /dev/ublkbN reach whichever \
      device has that number then, and keeps both CPUs busy",
-)];
+    ),
+];
 
 /// Tests that must not overlap each other: name prefix, group, and why.
 const GROUPS: &[(&str, &str, &str)] = &[(

@@ -4,17 +4,21 @@
 //!
 //! It is a misc device named `ublkcN`, registered with the device it belongs to. Only one
 //! process, the ublk server, can have it open at a time. The server maps the io descriptors of
-//! each queue read-only, and sends the io commands of [`crate::io`] with io_uring.
+//! each queue read-only, and sends the io commands of [`crate::io`] with io_uring. With
+//! `UBLK_F_USER_COPY`, it reads and writes the data of requests with `pread` and `pwrite`
+//! ([`crate::usercopy`]).
 
 use crate::{
     device::{Server, UblkDevice},
     io, iodesc,
     uapi::{self, IoCmd},
+    usercopy::{self, UserIter},
 };
 use kernel::{
     current,
-    fs::File,
+    fs::{File, Kiocb},
     io_uring::{IoUringCmd, IoUringCmdCancel, IssueFlags, Issued},
+    iov::{IovIterDest, IovIterSource},
     miscdevice::{MiscCmdFile, MiscDevice, MiscDeviceRegistration},
     mm::{virt::VmaNew, Mm},
     prelude::*,
@@ -70,6 +74,14 @@ impl MiscDevice for CharDev {
         dev.ready.notify_all();
     }
 
+    fn read_iter(kiocb: Kiocb<'_, Arc<UblkDevice>>, iov: &mut IovIterDest<'_>) -> Result<usize> {
+        usercopy::copy(&kiocb.file(), kiocb.ki_pos(), UserIter::ToServer(iov))
+    }
+
+    fn write_iter(kiocb: Kiocb<'_, Arc<UblkDevice>>, iov: &mut IovIterSource<'_>) -> Result<usize> {
+        usercopy::copy(&kiocb.file(), kiocb.ki_pos(), UserIter::FromServer(iov))
+    }
+
     fn mmap(dev: ArcBorrow<'_, UblkDevice>, _file: &File, vma: &VmaNew) -> Result {
         {
             // Only one process maps the io descriptors: the server.
@@ -114,6 +126,7 @@ impl MiscDevice for CharDev {
         match uapi::ioc_nr(op) {
             uapi::IO_FETCH_REQ => io::fetch(&dev, cmd, issue_flags, &io_cmd),
             uapi::IO_COMMIT_AND_FETCH_REQ => io::commit_and_fetch(&dev, cmd, issue_flags, &io_cmd),
+            uapi::IO_NEED_GET_DATA => io::need_get_data(&dev, cmd, issue_flags, &io_cmd),
             // Other commands need features that devices of this driver lack; the C driver first
             // checks that the slot belongs to the calling server task.
             _ => io::check_owner(&dev, &io_cmd).and(Err(EINVAL)),

@@ -293,6 +293,9 @@ fn add_dev(ctl: &Control, header: &CtrlCmd) -> Result {
     // The device gets what it will really have: only the supported flags, the default io
     // descriptors, at most one queue per CPU, whole pages of I/O buffer.
     info.flags = (info.flags & F_ALL) | F_ALWAYS;
+    if info.flags & F_NO_GET_DATA != 0 {
+        info.flags &= !F_NEED_GET_DATA;
+    }
     info.io_desc_size = uapi::IO_DESC_SIZE as u16;
     info.state = uapi::S_DEV_DEAD;
     info.ublksrv_pid = -1;

@@ -3,7 +3,6 @@
 //! A ublk device: its configuration, its state, and starting and stopping its disk.
 
 use crate::{
-    features::F_SUPPORT_RQ_AFFINITY,
     io,
     params::{self, Params},
     queue::{self, DiskOps, QueueState, Queues},
@@ -14,7 +13,11 @@ use kernel::{
     mm::Mm,
     new_condvar, new_mutex, new_spinlock,
     prelude::*,
-    sync::{aref::ARef, Arc, CondVar, Mutex, SpinLock},
+    sync::{
+        aref::ARef,
+        atomic::{Atomic, Relaxed},
+        Arc, CondVar, Mutex, SpinLock,
+    },
     task::Pid,
     workqueue::{self, impl_has_work, new_work, Work, WorkItem},
 };
@@ -116,6 +119,10 @@ pub(crate) struct UblkDevice {
     /// device lock is held across such copies.
     #[pin]
     pub(crate) server_mm: SpinLock<Option<ARef<Mm>>>,
+    /// Whether the device is live, as the C driver's `UBLK_S_DEV_LIVE`: from just before its disk
+    /// is added until just after it is deleted. Only user copies read it, without the device
+    /// lock; `life` is what the rest of the driver goes by.
+    live: Atomic<bool>,
     /// Signalled when the server fetched all io slots, and when it closed `/dev/ublkcN`.
     #[pin]
     pub(crate) ready: CondVar,
@@ -135,8 +142,7 @@ impl UblkDevice {
             queue::new_tag_set(info.nr_hw_queues, info.queue_depth),
             GFP_KERNEL,
         )?;
-        let rq_affinity = info.flags & F_SUPPORT_RQ_AFFINITY != 0;
-        let queues = Queues::new(info.nr_hw_queues, info.queue_depth, rq_affinity)?;
+        let queues = Queues::new(info.nr_hw_queues, info.queue_depth, info.flags)?;
         Arc::pin_init(
             try_pin_init!(Self {
                 id: info.dev_id,
@@ -149,6 +155,7 @@ impl UblkDevice {
                     server: Server::Detached,
                 }),
                 server_mm <- new_spinlock!(None),
+                live: Atomic::new(false),
                 ready <- new_condvar!(),
                 scan_work <- new_work!("UblkDevice::scan_work"),
                 tag_set,
@@ -195,12 +202,21 @@ impl UblkDevice {
         if this.is_stopping() {
             return Err(EBUSY);
         }
-        let disk = state.params.disk_builder()?.build(
-            fmt!("ublkb{}", this.id),
-            this.tag_set.clone(),
-            this.queues.clone(),
-        )?;
-        state.life = Lifecycle::Live(Arc::new(disk, GFP_KERNEL)?);
+        // The server may copy the data of the requests that adding the disk issues.
+        this.live.store(true, Relaxed);
+        let disk = state
+            .params
+            .disk_builder()
+            .and_then(|builder| {
+                builder.build(
+                    fmt!("ublkb{}", this.id),
+                    this.tag_set.clone(),
+                    this.queues.clone(),
+                )
+            })
+            .and_then(|disk| Ok(Arc::new(disk, GFP_KERNEL)?))
+            .inspect_err(|_| this.live.store(false, Relaxed))?;
+        state.life = Lifecycle::Live(disk);
         state.info.ublksrv_pid = pid;
         // Already queued means a scan is pending, which reads the new disk.
         let _ = workqueue::system_percpu().enqueue(this.clone());
@@ -249,11 +265,17 @@ impl UblkDevice {
         // Without a server there is no command to abort, and the next server must be able to
         // fetch. A device started again meanwhile keeps its server.
         let state = this.state.lock();
-        if matches!(state.server, Server::Attached { .. })
-            && !matches!(state.life, Lifecycle::Live(_))
-        {
-            io::stop_all(this);
+        if !matches!(state.life, Lifecycle::Live(_)) {
+            this.live.store(false, Relaxed);
+            if matches!(state.server, Server::Attached { .. }) {
+                io::stop_all(this);
+            }
         }
+    }
+
+    /// Returns whether the device is live (`UBLK_S_DEV_LIVE`), as user copies see it.
+    pub(crate) fn is_live(&self) -> bool {
+        self.live.load(Relaxed)
     }
 
     /// Returns whether the device was stopped while its server stayed: its queues abort the

@@ -7,6 +7,7 @@ use kernel::uapi as u;
 // CAST: The flags are `u32` or `u64` constants in the bindings; the UAPI field is a `__u64`.
 
 pub(crate) const F_SUPPORT_ZERO_COPY: u64 = u::UBLK_F_SUPPORT_ZERO_COPY as u64;
+pub(crate) const F_NEED_GET_DATA: u64 = u::UBLK_F_NEED_GET_DATA as u64;
 pub(crate) const F_URING_CMD_COMP_IN_TASK: u64 = u::UBLK_F_URING_CMD_COMP_IN_TASK as u64;
 pub(crate) const F_USER_RECOVERY: u64 = u::UBLK_F_USER_RECOVERY as u64;
 pub(crate) const F_USER_RECOVERY_REISSUE: u64 = u::UBLK_F_USER_RECOVERY_REISSUE as u64;
@@ -17,6 +18,7 @@ pub(crate) const F_ZONED: u64 = u::UBLK_F_ZONED as u64;
 pub(crate) const F_USER_RECOVERY_FAIL_IO: u64 = u::UBLK_F_USER_RECOVERY_FAIL_IO as u64;
 pub(crate) const F_AUTO_BUF_REG: u64 = u::UBLK_F_AUTO_BUF_REG as u64;
 pub(crate) const F_QUIESCE: u64 = u::UBLK_F_QUIESCE as u64;
+pub(crate) const F_PER_IO_DAEMON: u64 = u::UBLK_F_PER_IO_DAEMON as u64;
 pub(crate) const F_INTEGRITY: u64 = u::UBLK_F_INTEGRITY as u64;
 pub(crate) const F_IO_DESC_SIZE: u64 = u::UBLK_F_IO_DESC_SIZE as u64;
 pub(crate) const F_SUPPORT_RQ_AFFINITY: u64 = u::UBLK_F_SUPPORT_RQ_AFFINITY as u64;
@@ -33,10 +35,20 @@ pub(crate) const MAX_IO_DESC_SIZE: u16 = 256;
 ///
 /// `UBLK_U_CMD_GET_FEATURES` returns exactly these, and `UBLK_U_CMD_ADD_DEV` clears every other
 /// flag that user space asks for, so that the flags it returns are those the device really has.
-pub(crate) const F_ALL: u64 = F_CMD_IOCTL_ENCODE | F_URING_CMD_COMP_IN_TASK | F_SUPPORT_RQ_AFFINITY;
+pub(crate) const F_ALL: u64 = F_NEED_GET_DATA
+    | F_CMD_IOCTL_ENCODE
+    | F_URING_CMD_COMP_IN_TASK
+    | F_USER_COPY
+    | F_PER_IO_DAEMON
+    | F_SUPPORT_RQ_AFFINITY;
 
 /// The flags that every device has, whether user space asked for them or not.
 ///
-/// Commands of `/dev/ublkcN` may be ioctl-encoded, and their completion is always posted from the
-/// server's task.
-pub(crate) const F_ALWAYS: u64 = F_CMD_IOCTL_ENCODE | F_URING_CMD_COMP_IN_TASK;
+/// Commands of `/dev/ublkcN` may be ioctl-encoded, their completion is always posted from the
+/// server's task, and each io slot belongs to the server thread that fetched it, not each queue
+/// to one thread.
+pub(crate) const F_ALWAYS: u64 = F_CMD_IOCTL_ENCODE | F_URING_CMD_COMP_IN_TASK | F_PER_IO_DAEMON;
+
+/// The flags that make `UBLK_F_NEED_GET_DATA` pointless, and that the driver clears it for: the
+/// data of a write does not go through a buffer that the server names.
+pub(crate) const F_NO_GET_DATA: u64 = F_USER_COPY | F_SUPPORT_ZERO_COPY | F_AUTO_BUF_REG;

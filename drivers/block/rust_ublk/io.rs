@@ -18,6 +18,11 @@
 //!    server's task in one task work per thread and ring ([`Batch`]): the slots of a batch are
 //!    chained by tag, each one naming the next, and the task work of the first command delivers
 //!    them all. The chain lives in the slots, so a batch allocates nothing.
+//!
+//!    With `UBLK_F_NEED_GET_DATA`, the fetch command of a write completes with
+//!    `UBLK_IO_RES_NEED_GET_DATA` instead, without its data ([`IoState::NeedGetData`]): the server
+//!    names the buffer for it with `UBLK_U_IO_NEED_GET_DATA` ([`need_get_data`]), which completes
+//!    once the data is there.
 //! 3. The server handles the request and sends `UBLK_U_IO_COMMIT_AND_FETCH_REQ` with the result
 //!    ([`commit_and_fetch`]): the data of a read is copied from the server's buffer, the request
 //!    ends, and the new command waits for the next request (step 2).
@@ -43,10 +48,12 @@
 //!   command it is until the batch is submitted, by the task work that completes it
 //!   ([`deliver`]), or by io_uring once it completed.
 //!
-//! Zero copy and user copy will let a request be used by more than its slot while the server
-//! serves it (a registered buffer, a copy in flight). They will count those users in the slot,
-//! as the C driver counts references in `struct ublk_io`, and the last one to let go will end
-//! the request with the result the server committed.
+//! - With `UBLK_F_USER_COPY`, the server copies the data of a request it serves itself, with
+//!   `pread` and `pwrite` on `/dev/ublkcN` ([`user_copy`]), from any thread. A copy borrows the
+//!   request from its io slot for as long as it runs: the slot counts the copies in flight
+//!   (`lent`), as the C driver counts references in `struct ublk_io`. A request that the server
+//!   commits, or that fails, while copies are in flight is parked in the slot with its result,
+//!   and the last copy ends it.
 //!
 //! Requests end in [`Served::finish`]: inline, or, with `UBLK_F_SUPPORT_RQ_AFFINITY`, through
 //! `blk_mq_complete_request_remote()` so that the queue's `rq_affinity` picks the CPU. Every way a
@@ -83,7 +90,8 @@ const REQUEUE_DELAY_MS: usize = 3;
 ///
 /// # Invariants
 ///
-/// `rq` is the only reference to the request.
+/// `rq` is the only reference to the request, but for those of the user copies that its io slot
+/// counts in `lent` ([`with_lent`]).
 pub(crate) struct Served {
     rq: ARef<Rq>,
     /// The bytes of the request that the server was told about: fewer than the request has if
@@ -103,9 +111,19 @@ impl Served {
     /// `blk_mq_complete_request_remote()` if the queue honours `rq_affinity`.
     ///
     /// `error` is 0 or a negative errno; `bytes` is how much of the request the server
-    /// transferred.
+    /// transferred. No user copy may be in flight ([`Io::settle`] parks the request if one is).
     fn finish(self, queue: &Queue, error: i32, bytes: u32) {
+        self.record(error, bytes);
+        self.end(queue);
+    }
+
+    /// Records the result with which the request ends.
+    fn record(&self, error: i32, bytes: u32) {
         self.rq.data_ref().set(error, bytes);
+    }
+
+    /// Ends the request with the result recorded, as [`Served::finish`] does.
+    fn end(self, queue: &Queue) {
         if queue.rq_affinity {
             Request::complete(self.rq);
         } else {
@@ -148,11 +166,19 @@ pub(crate) enum IoState {
     Delivering,
     /// The server serves the request (`UBLK_IO_FLAG_OWNED_BY_SRV` in the C driver).
     Serving(Served),
+    /// The server owns the write, and was asked for the buffer of its data, which it names with
+    /// `UBLK_U_IO_NEED_GET_DATA` (`UBLK_IO_FLAG_NEED_GET_DATA` in the C driver).
+    NeedGetData(Served),
 }
 
 /// An io slot.
 pub(crate) struct Io {
     state: IoState,
+    /// How many user copies borrow the slot's request ([`with_lent`]).
+    lent: u32,
+    /// The request, with its result recorded, that ended while user copies borrowed it: the last
+    /// of them ends it. Meanwhile the request keeps its tag, so the slot gets no other.
+    parked: Option<Served>,
     /// The server's buffer for the data of the slot's requests.
     addr: u64,
     /// The server thread that fetched the slot, the only one that may send its other commands.
@@ -165,6 +191,8 @@ impl Io {
     pub(crate) fn new(desc: DescWriter) -> Self {
         Self {
             state: IoState::Idle,
+            lent: 0,
+            parked: None,
             addr: 0,
             task: None,
             desc,
@@ -182,15 +210,45 @@ impl Io {
             return Err(EINVAL);
         }
         match self.state {
-            IoState::Serving(_) => Ok(()),
+            IoState::Serving(_) | IoState::NeedGetData(_) => Ok(()),
             _ => Err(EBUSY),
         }
+    }
+
+    /// Keeps `fetch`, a command that the server sent with the buffer `addr`, to wait for the
+    /// slot's next request. If the device is stopped, the slot stays idle and `fetch` is
+    /// returned, for the caller to complete with `UBLK_IO_RES_ABORT` once the lock is dropped.
+    fn refetch(
+        &mut self,
+        queue: &Queue,
+        fetch: QueuedIoUringCmd,
+        addr: u64,
+    ) -> Option<QueuedIoUringCmd> {
+        if queue.state() == QueueState::Stopping {
+            self.state = IoState::Idle;
+            return Some(fetch);
+        }
+        self.addr = addr;
+        self.state = IoState::Fetched(fetch);
+        None
+    }
+
+    /// Records the result of `served`, and returns it to be ended now, unless user copies still
+    /// borrow it: then it is parked, and the last copy ends it.
+    fn settle(&mut self, served: Served, error: i32, bytes: u32) -> Option<Served> {
+        served.record(error, bytes);
+        // A slot has one request at a time, so none is parked yet.
+        if self.lent == 0 || warn_on!(self.parked.is_some()) {
+            return Some(served);
+        }
+        self.parked = Some(served);
+        None
     }
 
     /// Takes the request that the server owns.
     fn take_serving(&mut self) -> Option<Served> {
         match self.take() {
-            IoState::Serving(served) => Some(served),
+            IoState::Serving(served) | IoState::NeedGetData(served) => Some(served),
             other => {
                 self.state = other;
                 None
@@ -404,11 +462,18 @@ fn deliver_one(
                 return None;
             }
         };
-        if !canceled && served.op() != ReqOp::Write {
-            // No data to copy: the server gets the request at once.
+        if !canceled && (served.op() != ReqOp::Write || queue.user_copy) {
+            // No data to copy, or the server copies it: the server gets the request at once.
             io.state = IoState::Serving(served);
             drop(io);
             cmd.done(Ok(0), issue_flags);
+            return next;
+        }
+        if !canceled && queue.need_get_data {
+            // The server names the buffer for the write's data first.
+            io.state = IoState::NeedGetData(served);
+            drop(io);
+            cmd.done(Ok(uapi::IO_RES_NEED_GET_DATA), issue_flags);
             return next;
         }
         io.state = IoState::Delivering;
@@ -521,6 +586,44 @@ pub(crate) fn end_request(rq: ARef<Rq>) {
     warn_on!(ret.is_err());
 }
 
+/// Lends the request that the server serves in `slot` to `f`, a user copy, and returns what `f`
+/// returns; `EINVAL` if the server serves no request with data there.
+///
+/// The request does not end while `f` runs: a commit or a failure meanwhile parks it in the slot
+/// ([`Io::settle`]), and the last user copy ends it, here, with the result recorded then.
+pub(crate) fn with_lent<R>(queue: &Queue, slot: &Slot, f: impl FnOnce(&Rq) -> R) -> Result<R> {
+    let rq = {
+        let mut io = slot.lock();
+        let IoState::Serving(served) = &io.state else {
+            return Err(EINVAL);
+        };
+        // Only reads and writes have data.
+        if !matches!(served.op(), ReqOp::Read | ReqOp::Write) {
+            return Err(EINVAL);
+        }
+        // INVARIANT: The slot counts this reference in `lent` until it is dropped below.
+        let rq = served.rq.clone();
+        io.lent += 1;
+        rq
+    };
+    let ret = f(&rq);
+    // The request may end below, once this is its only other reference.
+    drop(rq);
+    let parked = {
+        let mut io = slot.lock();
+        io.lent -= 1;
+        if io.lent == 0 {
+            io.parked.take()
+        } else {
+            None
+        }
+    };
+    if let Some(served) = parked {
+        served.end(queue);
+    }
+    Ok(ret)
+}
+
 /// Returns the queue of an io command, checked against the device, and its io slot.
 fn slot_of<'a>(dev: &'a UblkDevice, io_cmd: &IoCmd) -> Result<(&'a Arc<Queue>, &'a Slot)> {
     let queue = dev.queues.get(io_cmd.q_id.into())?;
@@ -529,6 +632,23 @@ fn slot_of<'a>(dev: &'a UblkDevice, io_cmd: &IoCmd) -> Result<(&'a Arc<Queue>, &
     }
     let slot = queue.slot(io_cmd.tag.into()).ok_or(EINVAL)?;
     Ok((queue, slot))
+}
+
+/// Checks the buffer address of a fetch command, or of the commit of a request of operation
+/// `op`, as the C driver does: none with user copy; in copy mode, the buffer of the request's
+/// data, which may be left out where `UBLK_F_NEED_GET_DATA` asks for it later (not for a read,
+/// whose data the commit copies from it).
+fn check_buf(queue: &Queue, addr: u64, op: Option<ReqOp>) -> Result {
+    let ok = if queue.user_copy {
+        addr == 0
+    } else {
+        addr != 0 || (queue.need_get_data && op != Some(ReqOp::Read))
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(EINVAL)
+    }
 }
 
 /// Checks that the io slot of a command other than a fetch belongs to the calling server thread
@@ -547,10 +667,7 @@ pub(crate) fn fetch<'a>(
 ) -> Result<Issued<'a>> {
     let (queue, slot) = slot_of(dev, io_cmd)?;
 
-    // Copy mode: the server must have a buffer for the data.
-    if io_cmd.addr == 0 {
-        return Err(EINVAL);
-    }
+    check_buf(queue, io_cmd.addr, None)?;
 
     // Serializes fetch commands, and counts them for `UBLK_U_CMD_START_DEV`.
     let mut state = dev.state.lock();
@@ -608,10 +725,11 @@ pub(crate) fn commit_and_fetch<'a>(
     let served = {
         let mut io = slot.lock();
         io.check_owner()?;
-        // Copy mode: the data of the request is in the buffer the command names.
-        if io_cmd.addr == 0 {
+        // A write whose buffer the server was asked for takes `UBLK_U_IO_NEED_GET_DATA` first.
+        let IoState::Serving(served) = &io.state else {
             return Err(EINVAL);
-        }
+        };
+        check_buf(queue, io_cmd.addr, Some(served.op()))?;
         io.take_serving().ok_or(EBUSY)?
     };
     let len = served.len;
@@ -620,6 +738,12 @@ pub(crate) fn commit_and_fetch<'a>(
         // Any negative value fails the request; one that is not an errno fails it with `EIO`.
         let error = Error::try_from_errno(io_cmd.result).unwrap_or(EIO);
         (error.to_errno(), 0)
+    } else if served.op() == ReqOp::Read && io_cmd.result == 0 {
+        // Nothing read fails the read.
+        (EIO.to_errno(), 0)
+    } else if queue.user_copy {
+        // As in the C driver, a read or a write that the server copied itself ends whole.
+        (0, served.nr_bytes())
     } else if served.op() == ReqOp::Read {
         // CAST: `result` is not negative.
         let len = (io_cmd.result as u32).min(len);
@@ -646,17 +770,73 @@ pub(crate) fn commit_and_fetch<'a>(
     // Offer the slot again before the request ends, which may free its tag for the next request.
     cmd.write_pdu(&pdu(io_cmd.q_id, io_cmd.tag));
     let (fetch, queued) = cmd.queue_cancelable(issue_flags);
-    let aborted = {
+    let (aborted, served) = {
         let mut io = slot.lock();
-        if queue.state() == QueueState::Stopping {
-            Some(fetch)
-        } else {
-            io.addr = io_cmd.addr;
-            io.state = IoState::Fetched(fetch);
-            None
+        let aborted = io.refetch(queue, fetch, io_cmd.addr);
+        (aborted, io.settle(served, error, bytes))
+    };
+    if let Some(served) = served {
+        served.end(queue);
+    }
+    if let Some(fetch) = aborted {
+        fetch.done(Err(RES_ABORT), issue_flags);
+    }
+    Ok(queued.into())
+}
+
+/// `UBLK_U_IO_NEED_GET_DATA`: the server names the buffer for the data of a write that it was
+/// asked about (`UBLK_F_NEED_GET_DATA`), and the driver copies the data there.
+///
+/// The command completes with 0 once the data is in the buffer, as much of it as could be copied
+/// (the io descriptor says how much). If none could, the command waits, as a fetch, for the
+/// write to be dispatched again, or the write fails if the buffer is not user memory.
+pub(crate) fn need_get_data<'a>(
+    dev: &UblkDevice,
+    mut cmd: Cmd<'a>,
+    issue_flags: IssueFlags<'a>,
+    io_cmd: &IoCmd,
+) -> Result<Issued<'a>> {
+    let (queue, slot) = slot_of(dev, io_cmd)?;
+    let mut served = {
+        let mut io = slot.lock();
+        io.check_owner()?;
+        // Only a write that the server was asked about takes this command.
+        match io.take() {
+            IoState::NeedGetData(served) => {
+                io.state = IoState::Delivering;
+                served
+            }
+            other => {
+                io.state = other;
+                return Err(EINVAL);
+            }
         }
     };
-    served.finish(queue, error, bytes);
+
+    let copy = copy_write(&served, io_cmd.addr);
+    if let Copy::Whole | Copy::Part(_) = copy {
+        let mut io = slot.lock();
+        io.addr = io_cmd.addr;
+        io.desc.set_addr(io_cmd.addr);
+        if let Copy::Part(bytes) = copy {
+            // As at dispatch, the server is told about the part that could be copied.
+            served.len = bytes;
+            io.desc.set_nr_sectors(bytes >> SECTOR_SHIFT);
+        }
+        io.state = IoState::Serving(served);
+        return Ok(Issued::Done(0));
+    }
+
+    // The command waits for the next request of the slot, as a fetch does.
+    cmd.write_pdu(&pdu(io_cmd.q_id, io_cmd.tag));
+    let (fetch, queued) = cmd.queue_cancelable(issue_flags);
+    let aborted = slot.lock().refetch(queue, fetch, io_cmd.addr);
+    match copy {
+        // As in the C driver, the write is dispatched again a little later.
+        Copy::Nothing => served.requeue(),
+        // As at dispatch, a buffer that is not user memory does not become one later.
+        _ => served.finish(queue, EIO.to_errno(), 0),
+    }
     if let Some(fetch) = aborted {
         fetch.done(Err(RES_ABORT), issue_flags);
     }
@@ -697,9 +877,13 @@ pub(crate) fn abort_all(dev: &UblkDevice) {
     for queue in dev.queues.iter() {
         queue.fail_requests();
         for slot in queue.slots() {
-            let served = slot.lock().take_serving();
+            let served = {
+                let mut io = slot.lock();
+                io.take_serving()
+                    .and_then(|served| io.settle(served, EIO.to_errno(), 0))
+            };
             if let Some(served) = served {
-                served.finish(queue, EIO.to_errno(), 0);
+                served.end(queue);
             }
         }
     }

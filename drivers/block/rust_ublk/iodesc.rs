@@ -6,7 +6,9 @@
 //! descriptor area. The driver writes the descriptor of a request before it hands the request to
 //! the server, and the server reads it once it got the completion of its fetch command.
 
-use crate::uapi::{IoDesc, CMD_BUF_OFFSET, IO_DESC_NR_SECTORS, IO_DESC_SIZE, MAX_QUEUE_DEPTH};
+use crate::uapi::{
+    IoDesc, CMD_BUF_OFFSET, IO_DESC_ADDR, IO_DESC_NR_SECTORS, IO_DESC_SIZE, MAX_QUEUE_DEPTH,
+};
 use kernel::{
     mm::virt::VmaNew,
     page::{Page, PAGE_SIZE},
@@ -108,6 +110,11 @@ impl DescWriter {
     /// Changes the number of sectors of the request that the descriptor describes.
     pub(crate) fn set_nr_sectors(&mut self, nr_sectors: u32) {
         self.write_at(IO_DESC_NR_SECTORS, &nr_sectors.to_ne_bytes());
+    }
+
+    /// Changes the address of the buffer that the descriptor names.
+    pub(crate) fn set_addr(&mut self, addr: u64) {
+        self.write_at(IO_DESC_ADDR, &addr.to_ne_bytes());
     }
 
     /// Writes `bytes` at `offset` into the descriptor.

@@ -8,6 +8,7 @@
 //! mapping before the device is started.
 
 use crate::{
+    features::{F_NEED_GET_DATA, F_SUPPORT_RQ_AFFINITY, F_USER_COPY},
     io::{self, Io},
     iodesc::{self, DescPages},
 };
@@ -93,6 +94,12 @@ pub(crate) struct Queue {
     /// Whether requests complete through `blk_mq_complete_request_remote()`, on the CPU that
     /// `rq_affinity` picks (`UBLK_F_SUPPORT_RQ_AFFINITY`).
     pub(crate) rq_affinity: bool,
+    /// Whether the server copies the data of requests itself, with `pread` and `pwrite` on
+    /// `/dev/ublkcN` (`UBLK_F_USER_COPY`), rather than naming a buffer in its commands.
+    pub(crate) user_copy: bool,
+    /// Whether the server names the buffer for the data of a write only once it learnt about the
+    /// write (`UBLK_F_NEED_GET_DATA`).
+    pub(crate) need_get_data: bool,
     /// The io descriptors, as the server maps them.
     pub(crate) desc_pages: Arc<DescPages>,
     /// Whether the queue is served.
@@ -102,7 +109,7 @@ pub(crate) struct Queue {
 }
 
 impl Queue {
-    fn new(depth: u16, rq_affinity: bool) -> Result<Arc<Self>> {
+    fn new(depth: u16, flags: u64) -> Result<Arc<Self>> {
         let (desc_pages, writers) = iodesc::new_descs(depth)?;
         let mut slots = KVec::with_capacity(depth.into(), GFP_KERNEL)?;
         for desc in writers {
@@ -113,7 +120,9 @@ impl Queue {
         }
         Ok(Arc::new(
             Self {
-                rq_affinity,
+                rq_affinity: flags & F_SUPPORT_RQ_AFFINITY != 0,
+                user_copy: flags & F_USER_COPY != 0,
+                need_get_data: flags & F_NEED_GET_DATA != 0,
                 desc_pages,
                 state: Atomic::new(QueueState::Serving),
                 slots,
@@ -162,11 +171,12 @@ pub(crate) struct Queues {
 }
 
 impl Queues {
-    /// Creates `nr_queues` queues of `depth` io slots.
-    pub(crate) fn new(nr_queues: u16, depth: u16, rq_affinity: bool) -> Result<Arc<Self>> {
+    /// Creates `nr_queues` queues of `depth` io slots, for a device with the feature flags
+    /// `flags`.
+    pub(crate) fn new(nr_queues: u16, depth: u16, flags: u64) -> Result<Arc<Self>> {
         let mut queues = KVec::with_capacity(nr_queues.into(), GFP_KERNEL)?;
         for _ in 0..nr_queues {
-            queues.push(Queue::new(depth, rq_affinity)?, GFP_KERNEL)?;
+            queues.push(Queue::new(depth, flags)?, GFP_KERNEL)?;
         }
         Ok(Arc::new(Self { queues }, GFP_KERNEL)?)
     }

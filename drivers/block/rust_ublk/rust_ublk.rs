@@ -70,6 +70,7 @@ mod iodesc;
 mod params;
 mod queue;
 mod uapi;
+mod usercopy;
 
 module! {
     type: RustUblk,

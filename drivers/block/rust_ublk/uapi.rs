@@ -21,6 +21,12 @@ pub(crate) const DEV_INFO_SIZE: usize = size_of::<u::ublksrv_ctrl_dev_info>();
 pub(crate) const IO_DESC_SIZE: usize = size_of::<u::ublksrv_io_desc>();
 /// Offset of `nr_sectors` (a union with `nr_zones`) in `struct ublksrv_io_desc`.
 pub(crate) const IO_DESC_NR_SECTORS: usize = offset_of!(u::ublksrv_io_desc, __bindgen_anon_1);
+/// Offset of `addr` in `struct ublksrv_io_desc`.
+pub(crate) const IO_DESC_ADDR: usize = offset_of!(u::ublksrv_io_desc, addr);
+/// The result of a fetch command that asks the server for the buffer of a write's data
+/// (`UBLK_IO_RES_NEED_GET_DATA`).
+// CAST: The result is 1.
+pub(crate) const IO_RES_NEED_GET_DATA: i32 = u::UBLK_IO_RES_NEED_GET_DATA as i32;
 /// Size of `struct ublk_params`.
 pub(crate) const PARAMS_SIZE: usize = size_of::<u::ublk_params>();
 /// Size of `struct ublksrv_io_cmd`, the payload of I/O commands.
@@ -65,6 +71,7 @@ pub(crate) const CMD_TRY_STOP_DEV: u32 = 0x17;
 // I/O command numbers (`_IOC_NR()` of `UBLK_U_IO_*`).
 pub(crate) const IO_FETCH_REQ: u32 = u::UBLK_IO_FETCH_REQ;
 pub(crate) const IO_COMMIT_AND_FETCH_REQ: u32 = u::UBLK_IO_COMMIT_AND_FETCH_REQ;
+pub(crate) const IO_NEED_GET_DATA: u32 = u::UBLK_IO_NEED_GET_DATA;
 // See the newer control commands above.
 pub(crate) const IO_UNREGISTER_IO_BUF: u32 = 0x24;
 
@@ -220,6 +227,37 @@ impl IoCmd {
             result: i32_at(b, offset_of!(u::ublksrv_io_cmd, result)),
             // The union of `addr` and `zone_append_lba`.
             addr: u64_at(b, offset_of!(u::ublksrv_io_cmd, __bindgen_anon_1)),
+        }
+    }
+}
+
+/// Where a user copy (`UBLK_F_USER_COPY`) reads or writes: the position in `/dev/ublkcN` of a
+/// `pread`/`pwrite` names a queue, a tag and an offset into the data of that tag's request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct UserCopyPos {
+    pub(crate) q_id: u16,
+    pub(crate) tag: u16,
+    /// Offset into the data of the request.
+    pub(crate) offset: u32,
+    /// Whether the copy is of the request's integrity data (`UBLKSRV_IO_INTEGRITY_FLAG`).
+    pub(crate) integrity: bool,
+}
+
+impl UserCopyPos {
+    /// Decodes a file position as the C driver does: relative to `UBLKSRV_IO_BUF_OFFSET`, with
+    /// each field masked to its width, so that a position below that offset names a queue and a
+    /// tag too large for any device.
+    pub(crate) fn parse(pos: i64) -> Self {
+        // CAST: The offset fits in an `i64`; the difference is taken as the C driver's `loff_t`
+        // arithmetic takes it, and shifted arithmetically.
+        let rel = pos.wrapping_sub(i64::from(u::UBLKSRV_IO_BUF_OFFSET));
+        // CAST: Each field is masked to its width, at most 16 bits, or 25 for the offset.
+        Self {
+            q_id: ((rel >> u::UBLK_QID_OFF) & i64::from(u::UBLK_QID_BITS_MASK)) as u16,
+            tag: ((rel >> u::UBLK_TAG_OFF) & i64::from(u::UBLK_TAG_BITS_MASK)) as u16,
+            offset: (rel & i64::from(u::UBLK_IO_BUF_BITS_MASK)) as u32,
+            // CAST: The flag is bit 62, inside an `i64`.
+            integrity: pos & (u::UBLKSRV_IO_INTEGRITY_FLAG as i64) != 0,
         }
     }
 }

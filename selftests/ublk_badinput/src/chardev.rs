@@ -8,7 +8,7 @@ use std::fs::File;
 use std::io::ErrorKind;
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
-use ublk_uapi::UblksrvIoCmd;
+use ublk_uapi::{UblksrvIoCmd, UblksrvIoDesc, UBLKSRV_CMD_BUF_OFFSET};
 
 /// Opens `/dev/ublkc<id>` read-write; returns the errno as `Err(-errno)` so
 /// that a failing open can itself be a probe. Waits for the node to appear.
@@ -102,6 +102,25 @@ pub fn page_size() -> usize {
 pub fn desc_area(queue_depth: usize, io_desc_size: usize) -> usize {
     let page = page_size();
     (queue_depth * io_desc_size).div_ceil(page) * page
+}
+
+/// Maps the io descriptors of queue 0, of `depth` tags, of the char device
+/// `fd` read-only, as a server does (setup step).
+pub fn map_descs_setup(fd: RawFd, depth: usize) -> Result<Mapping> {
+    let size = desc_area(depth, std::mem::size_of::<UblksrvIoDesc>());
+    mmap(
+        fd,
+        size,
+        libc::PROT_READ,
+        libc::MAP_SHARED,
+        UBLKSRV_CMD_BUF_OFFSET as i64,
+    )
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "setup: mmap of the descriptors: {}",
+            crate::errno::show(crate::ring::Got::Res(e))
+        )
+    })
 }
 
 /// The 16-byte command area holding `c`.

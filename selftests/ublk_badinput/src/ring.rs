@@ -76,6 +76,21 @@ impl<S: squeue::EntryMarker> Ring<S> {
         }
     }
 
+    /// Registers `buf` as fixed buffer 0 of the ring.
+    ///
+    /// # Safety
+    ///
+    /// `buf` must stay valid until the ring is dropped.
+    pub unsafe fn register_buffer(&mut self, buf: &mut [u8]) -> Result<()> {
+        let iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        // SAFETY: the caller keeps `buf` valid for the ring's lifetime.
+        unsafe { self.ring.submitter().register_buffers(&[iov]) }
+            .context("io_uring_register(REGISTER_BUFFERS)")
+    }
+
     /// Submits `sqe` and waits up to `wait` for its completion.
     pub fn run(&mut self, sqe: S, wait: Duration) -> Result<Got> {
         let token = self.submit(sqe)?;

@@ -15,7 +15,7 @@ use ublk_uapi::*;
 
 use super::server::Server;
 use super::{case, Case};
-use crate::chardev::{self, desc_area, io_sqe, io_sqe_result, page_size, Mapping};
+use crate::chardev::{self, io_sqe, io_sqe_result, page_size, Mapping};
 use crate::env::{Env, MAX_IO_BUF_BYTES};
 use crate::errno::show;
 use crate::ring::Got;
@@ -45,15 +45,7 @@ impl Serving {
         }
         let mut s = Server::new(env, 1)?;
         let fd = s.file.as_raw_fd();
-        let size = desc_area(1, std::mem::size_of::<UblksrvIoDesc>());
-        let descs = chardev::mmap(
-            fd,
-            size,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            UBLKSRV_CMD_BUF_OFFSET as i64,
-        )
-        .map_err(|e| anyhow::anyhow!("setup: mmap of the descriptors: {}", show(Got::Res(e))))?;
+        let descs = chardev::map_descs_setup(fd, 1)?;
         let buf = chardev::mmap(
             -1,
             MAX_IO_BUF_BYTES as usize,

@@ -15,11 +15,13 @@ mod chardev;
 mod ctrl;
 mod del;
 mod fault;
+mod getdata;
 mod io;
 mod params;
 mod server;
 mod start;
 mod unpriv;
+mod usercopy;
 
 pub struct Case {
     pub name: &'static str,
@@ -68,6 +70,8 @@ pub fn all() -> Vec<&'static Case> {
         unpriv::CASES,
         chardev::CASES,
         io::CASES,
+        usercopy::CASES,
+        getdata::CASES,
         start::CASES,
         del::CASES,
         fault::CASES,

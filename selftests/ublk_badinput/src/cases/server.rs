@@ -26,7 +26,18 @@ pub struct Server {
 impl Server {
     /// A device with one queue of `depth` tags, its char device open.
     pub fn new(env: &mut Env, depth: u16) -> Result<Self> {
-        let dev = env.add(1, depth, 0)?;
+        Self::with_flags(env, depth, 0)
+    }
+
+    /// [`Server::new`] for a device that asks for the feature flags `flags`, and gets them.
+    pub fn with_flags(env: &mut Env, depth: u16, flags: u64) -> Result<Self> {
+        let dev = env.add(1, depth, flags)?;
+        if dev.info.flags & flags != flags {
+            bail!(
+                "setup: the device lacks flags {:#x} that it asked for",
+                flags & !dev.info.flags
+            );
+        }
         let file = open_setup(dev.id)?;
         Ok(Server {
             ring: Ring::new()?,

@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! User copy (`UBLK_F_USER_COPY`): the server copies the data of the requests that it serves
+//! itself, with `pread` and `pwrite` on `/dev/ublkcN`, instead of naming a buffer in its
+//! commands.
+//!
+//! The file position names the queue, the tag and an offset into the data of the tag's request
+//! ([`UserCopyPos`]). Any thread of the server may copy, while the server serves the request:
+//! the copy borrows it from its io slot ([`io::with_lent`]). The checks, and the errno of each,
+//! are those of the C driver's `ublk_user_copy()`.
+
+use crate::{device::UblkDevice, io, uapi::UserCopyPos};
+use kernel::{
+    block::ReqOp,
+    iov::{IovIterDest, IovIterSource},
+    prelude::*,
+};
+
+/// The user memory of a copy, and which way the data goes.
+pub(crate) enum UserIter<'a, 'data> {
+    /// `read_iter`: the server reads the data of a write.
+    ToServer(&'a mut IovIterDest<'data>),
+    /// `write_iter`: the server writes the data of a read.
+    FromServer(&'a mut IovIterSource<'data>),
+}
+
+impl UserIter<'_, '_> {
+    fn is_user_backed(&self) -> bool {
+        match self {
+            Self::ToServer(dest) => dest.is_user_backed(),
+            Self::FromServer(src) => src.is_user_backed(),
+        }
+    }
+}
+
+/// Copies data of the request that `pos` names between it and `iter`, and returns how many bytes
+/// were copied: up to the end of the request's data or of `iter`, fewer if user memory faults.
+pub(crate) fn copy(dev: &UblkDevice, pos: i64, iter: UserIter<'_, '_>) -> Result<usize> {
+    // Registered io_uring buffers and other kernel memory are refused.
+    if !iter.is_user_backed() {
+        return Err(EACCES);
+    }
+    if !dev.is_live() {
+        return Err(EACCES);
+    }
+    let pos = UserCopyPos::parse(pos);
+    // No device of this driver has `UBLK_F_INTEGRITY`.
+    if pos.integrity {
+        return Err(EINVAL);
+    }
+    let queue = dev.queues.get(pos.q_id.into())?;
+    if !queue.user_copy {
+        return Err(EACCES);
+    }
+    if pos.tag >= dev.depth {
+        return Err(EINVAL);
+    }
+    let slot = queue.slot(pos.tag.into()).ok_or(EINVAL)?;
+    io::with_lent(queue, slot, |rq| {
+        if pos.offset > rq.nr_bytes() {
+            return Err(EINVAL);
+        }
+        // CAST: The offset is at most the size of the request, a `u32`.
+        let offset = pos.offset as usize;
+        match iter {
+            UserIter::ToServer(dest) if rq.op() == ReqOp::Write => rq.copy_to_iter(offset, dest),
+            UserIter::FromServer(src) if rq.op() == ReqOp::Read => rq.copy_from_iter(offset, src),
+            // The data of a write is only read, that of a read only written.
+            _ => Err(EACCES),
+        }
+    })?
+}
