@@ -122,10 +122,13 @@
 //!
 //! C header: [`include/linux/io_uring/cmd.h`](srctree/include/linux/io_uring/cmd.h)
 
+#[cfg(CONFIG_BLOCK)]
+use crate::block::mq;
 use crate::{
     bindings,
     error::{
         code::*,
+        to_result,
         Result, //
     },
     ffi::{
@@ -137,6 +140,7 @@ use crate::{
         AsBytes,
         FromBytes, //
     },
+    sync::aref::ARef,
     types::{
         ForeignOwnable,
         NotThreadSafe, //
@@ -569,6 +573,145 @@ impl<'a, F: CmdFile> IoUringCmd<'a, F> {
         unsafe { bindings::io_uring_cmd_complete_in_task(this.as_raw(), Some(reissue_trampoline)) };
         Ok(queued)
     }
+
+    /// Returns the `addr` field of the command's SQE.
+    ///
+    /// Some commands carry a value there besides their payload (see [`IoUringCmd::read_cmd`]). It
+    /// lives in memory that user space can write to at any time, so it is read once.
+    pub fn sqe_addr(&self) -> u64 {
+        // SAFETY: By the type invariants, `ptr` and its SQE are valid. User space may write to
+        // the SQE concurrently, hence the volatile read of the aligned `u64`.
+        unsafe { (&raw const (*(*self.as_raw()).sqe).__bindgen_anon_2.addr).read_volatile() }
+    }
+
+    /// Returns the ring that the command was submitted to.
+    #[inline]
+    pub fn ring(&self) -> RingId {
+        // SAFETY: By the type invariants, `ptr` is valid.
+        RingId(unsafe { bindings::io_uring_cmd_ctx_handle(self.as_raw()) }.addr())
+    }
+
+    /// Registers the data of the block request `rq` as the fixed buffer `index` of the command's
+    /// ring (`io_buffer_register_request()`), so that the ring's later operations read or write
+    /// the request's pages directly.
+    ///
+    /// The registration takes `rq`: the reference keeps the request from being ended while
+    /// io_uring may use its pages, and comes back to the driver through
+    /// [`RequestBufferRelease::release`] once io_uring no longer uses the buffer. On failure,
+    /// `rq` is dropped before this returns, and `release` is not called: an index outside the
+    /// ring's buffer table or one in use fails with the error of io_uring (`EINVAL`, `EBUSY`).
+    #[cfg(CONFIG_BLOCK)]
+    pub fn register_request_buffer<T, R>(
+        &self,
+        rq: ARef<mq::Request<T>>,
+        index: u32,
+        issue_flags: IssueFlags<'_>,
+    ) -> Result
+    where
+        T: mq::Operations,
+        R: RequestBufferRelease<T>,
+    {
+        // SAFETY: By the type invariants, `ptr` is a valid command that is being issued.
+        unsafe { register_request::<T, R>(self.as_raw(), rq, index, issue_flags) }
+    }
+
+    /// Unregisters the fixed buffer `index` of the command's ring (`io_buffer_unregister()`),
+    /// which must be one that a driver registered ([`IoUringCmd::register_request_buffer`]).
+    ///
+    /// The buffer is released once the ring's operations that use it complete. Fails with
+    /// `EINVAL` if the ring has no buffer at `index`, and with `EBUSY` if its buffer there was
+    /// registered by user space.
+    pub fn unregister_buffer(&self, index: u32, issue_flags: IssueFlags<'_>) -> Result {
+        // SAFETY: By the type invariants, `ptr` is valid.
+        let bits = unsafe { issue_flags.bits_for(self.as_raw()) };
+        // SAFETY: `ptr` is a valid command that is being issued, and `bits` describe the locking
+        // context of the caller correctly for its ring.
+        to_result(unsafe { bindings::io_buffer_unregister(self.as_raw(), index, bits) })
+    }
+}
+
+/// Identifies the ring (the io_uring instance) that a command was submitted to, to tell later
+/// whether another command came through the same ring.
+///
+/// It is only compared: a ring that is torn down may give its identity to a new one.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct RingId(usize);
+
+/// What a driver does once io_uring no longer uses a block request that the driver registered as
+/// a fixed buffer ([`IoUringCmd::register_request_buffer`]).
+#[cfg(CONFIG_BLOCK)]
+pub trait RequestBufferRelease<T: mq::Operations> {
+    /// Called once for each registration: when the buffer was unregistered and the last
+    /// operation that used it completed, or when the ring was torn down.
+    ///
+    /// `rq` is the reference that the registration took. This runs in process context with the
+    /// ring lock held, on the task that unregistered the buffer or on a kernel worker that tears
+    /// the ring down, so it must not unregister buffers or complete commands of that ring itself.
+    fn release(rq: ARef<mq::Request<T>>);
+}
+
+/// The release callback of the buffers of [`register_request`].
+///
+/// # Safety
+///
+/// Must only be called by io_uring, once, as the release callback of a buffer that
+/// [`register_request`] registered successfully with this callback, and with the `priv` pointer
+/// that it was given.
+#[cfg(CONFIG_BLOCK)]
+unsafe extern "C" fn release_request_buffer<T, R>(priv_: *mut c_void)
+where
+    T: mq::Operations,
+    R: RequestBufferRelease<T>,
+{
+    // SAFETY: By the safety requirements, `priv_` is the request whose reference
+    // `register_request` turned into a raw pointer with `ARef::into_raw`, and this is the only
+    // call that takes it back. A `Request<T>` is a transparent wrapper of its `struct request`.
+    let rq = unsafe { ARef::from_raw(NonNull::new_unchecked(priv_.cast::<mq::Request<T>>())) };
+    R::release(rq);
+}
+
+/// Registers the data of `rq` as the fixed buffer `index` of the ring of `cmd`.
+///
+/// # Safety
+///
+/// `cmd` must point to a valid command, which is being issued or queued and not completed.
+#[cfg(CONFIG_BLOCK)]
+unsafe fn register_request<T, R>(
+    cmd: *mut bindings::io_uring_cmd,
+    rq: ARef<mq::Request<T>>,
+    index: u32,
+    issue_flags: IssueFlags<'_>,
+) -> Result
+where
+    T: mq::Operations,
+    R: RequestBufferRelease<T>,
+{
+    // SAFETY: By the safety requirements, `cmd` is valid.
+    let bits = unsafe { issue_flags.bits_for(cmd) };
+    let rq = ARef::into_raw(rq);
+    // SAFETY:
+    // - By the safety requirements, `cmd` is valid, and `bits` describe the locking context of
+    //   the caller correctly for its ring.
+    // - `rq` is a valid `struct request` (a `Request<T>` wraps it transparently) that the driver
+    //   owns. The reference given up above keeps it from being ended, so its pages stay valid
+    //   until io_uring calls the release callback, which takes the reference back.
+    // - `release_request_buffer::<T, R>` takes back exactly that reference: io_uring passes it
+    //   the request as its `priv` pointer, once.
+    let ret = unsafe {
+        bindings::io_buffer_register_request(
+            cmd,
+            rq.as_ptr().cast(),
+            Some(release_request_buffer::<T, R>),
+            index,
+            bits,
+        )
+    };
+    if ret != 0 {
+        // SAFETY: The registration failed, so io_uring does not call the release callback: the
+        // reference given up above is still ours.
+        drop(unsafe { ARef::from_raw(rq) });
+    }
+    to_result(ret)
 }
 
 /// Task work callback of [`IoUringCmd::issue_in_task`]: issues the command to its file again.
@@ -715,6 +858,34 @@ impl QueuedIoUringCmd {
             )
         };
         this == that
+    }
+
+    /// Returns the ring that the command was submitted to.
+    #[inline]
+    pub fn ring(&self) -> RingId {
+        // SAFETY: By the type invariants, `ptr` is valid.
+        RingId(unsafe { bindings::io_uring_cmd_ctx_handle(self.as_raw()) }.addr())
+    }
+
+    /// Registers the data of the block request `rq` as the fixed buffer `index` of the command's
+    /// ring, as [`IoUringCmd::register_request_buffer`] does, before the command completes.
+    ///
+    /// `issue_flags` are the flags of the io_uring callback that calls this, which must run for a
+    /// command of the same ring, as for [`QueuedIoUringCmd::done`].
+    #[cfg(CONFIG_BLOCK)]
+    pub fn register_request_buffer<T, R>(
+        &self,
+        rq: ARef<mq::Request<T>>,
+        index: u32,
+        issue_flags: IssueFlags<'_>,
+    ) -> Result
+    where
+        T: mq::Operations,
+        R: RequestBufferRelease<T>,
+    {
+        // SAFETY: By the type invariants, `ptr` is a valid command that is queued and not
+        // completed.
+        unsafe { register_request::<T, R>(self.as_raw(), rq, index, issue_flags) }
     }
 
     /// Completes the command with the result `ret`.

@@ -13,6 +13,7 @@ use crate::{
     io, iodesc,
     uapi::{self, IoCmd},
     usercopy::{self, UserIter},
+    zerocopy,
 };
 use kernel::{
     current,
@@ -117,16 +118,16 @@ impl MiscDevice for CharDev {
         if !uapi::is_ublk_op(op) {
             return Err(EOPNOTSUPP);
         }
-        // Zero copy buffers are never registered; the C driver answers this before looking at
-        // the queue and tag.
-        if uapi::ioc_nr(op) == uapi::IO_UNREGISTER_IO_BUF {
-            return Err(EINVAL);
-        }
         let io_cmd = IoCmd::parse(&cmd.read_cmd::<[u8; uapi::IO_CMD_SIZE]>()?);
+        // The C driver answers this before it looks at the queue and the tag.
+        if uapi::ioc_nr(op) == uapi::IO_UNREGISTER_IO_BUF {
+            return zerocopy::unregister_io_buf(&dev, &cmd, issue_flags, &io_cmd);
+        }
         match uapi::ioc_nr(op) {
             uapi::IO_FETCH_REQ => io::fetch(&dev, cmd, issue_flags, &io_cmd),
             uapi::IO_COMMIT_AND_FETCH_REQ => io::commit_and_fetch(&dev, cmd, issue_flags, &io_cmd),
             uapi::IO_NEED_GET_DATA => io::need_get_data(&dev, cmd, issue_flags, &io_cmd),
+            uapi::IO_REGISTER_IO_BUF => zerocopy::register_io_buf(&dev, &cmd, issue_flags, &io_cmd),
             // Other commands need features that devices of this driver lack; the C driver first
             // checks that the slot belongs to the calling server task.
             _ => io::check_owner(&dev, &io_cmd).and(Err(EINVAL)),

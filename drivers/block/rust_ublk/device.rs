@@ -111,6 +111,8 @@ pub(crate) struct UblkDevice {
     pub(crate) nr_queues: u16,
     /// The number of io slots of each queue.
     pub(crate) depth: u16,
+    /// The feature flags (`UBLK_F_*`) that the device got at `UBLK_U_CMD_ADD_DEV`.
+    pub(crate) flags: u64,
     /// The state of the device.
     #[pin]
     pub(crate) state: Mutex<DeviceState>,
@@ -148,6 +150,7 @@ impl UblkDevice {
                 id: info.dev_id,
                 nr_queues: info.nr_hw_queues,
                 depth: info.queue_depth,
+                flags: info.flags,
                 state <- new_mutex!(DeviceState {
                     info,
                     params: Params::new(),

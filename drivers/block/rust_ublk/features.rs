@@ -19,6 +19,7 @@ pub(crate) const F_USER_RECOVERY_FAIL_IO: u64 = u::UBLK_F_USER_RECOVERY_FAIL_IO 
 pub(crate) const F_AUTO_BUF_REG: u64 = u::UBLK_F_AUTO_BUF_REG as u64;
 pub(crate) const F_QUIESCE: u64 = u::UBLK_F_QUIESCE as u64;
 pub(crate) const F_PER_IO_DAEMON: u64 = u::UBLK_F_PER_IO_DAEMON as u64;
+pub(crate) const F_BUF_REG_OFF_DAEMON: u64 = u::UBLK_F_BUF_REG_OFF_DAEMON as u64;
 pub(crate) const F_INTEGRITY: u64 = u::UBLK_F_INTEGRITY as u64;
 pub(crate) const F_IO_DESC_SIZE: u64 = u::UBLK_F_IO_DESC_SIZE as u64;
 pub(crate) const F_SUPPORT_RQ_AFFINITY: u64 = u::UBLK_F_SUPPORT_RQ_AFFINITY as u64;
@@ -35,19 +36,23 @@ pub(crate) const MAX_IO_DESC_SIZE: u16 = 256;
 ///
 /// `UBLK_U_CMD_GET_FEATURES` returns exactly these, and `UBLK_U_CMD_ADD_DEV` clears every other
 /// flag that user space asks for, so that the flags it returns are those the device really has.
-pub(crate) const F_ALL: u64 = F_NEED_GET_DATA
+pub(crate) const F_ALL: u64 = F_SUPPORT_ZERO_COPY
+    | F_NEED_GET_DATA
     | F_CMD_IOCTL_ENCODE
     | F_URING_CMD_COMP_IN_TASK
     | F_USER_COPY
+    | F_AUTO_BUF_REG
     | F_PER_IO_DAEMON
+    | F_BUF_REG_OFF_DAEMON
     | F_SUPPORT_RQ_AFFINITY;
 
 /// The flags that every device has, whether user space asked for them or not.
 ///
 /// Commands of `/dev/ublkcN` may be ioctl-encoded, their completion is always posted from the
-/// server's task, and each io slot belongs to the server thread that fetched it, not each queue
-/// to one thread.
-pub(crate) const F_ALWAYS: u64 = F_CMD_IOCTL_ENCODE | F_URING_CMD_COMP_IN_TASK | F_PER_IO_DAEMON;
+/// server's task, each io slot belongs to the server thread that fetched it, not each queue to
+/// one thread, and any thread may register the data of a request as a buffer.
+pub(crate) const F_ALWAYS: u64 =
+    F_CMD_IOCTL_ENCODE | F_URING_CMD_COMP_IN_TASK | F_PER_IO_DAEMON | F_BUF_REG_OFF_DAEMON;
 
 /// The flags that make `UBLK_F_NEED_GET_DATA` pointless, and that the driver clears it for: the
 /// data of a write does not go through a buffer that the server names.

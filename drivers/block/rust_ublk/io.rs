@@ -49,11 +49,13 @@
 //!   ([`deliver`]), or by io_uring once it completed.
 //!
 //! - With `UBLK_F_USER_COPY`, the server copies the data of a request it serves itself, with
-//!   `pread` and `pwrite` on `/dev/ublkcN` ([`user_copy`]), from any thread. A copy borrows the
-//!   request from its io slot for as long as it runs: the slot counts the copies in flight
-//!   (`lent`), as the C driver counts references in `struct ublk_io`. A request that the server
-//!   commits, or that fails, while copies are in flight is parked in the slot with its result,
-//!   and the last copy ends it.
+//!   `pread` and `pwrite` on `/dev/ublkcN` ([`crate::usercopy`]), from any thread; with zero
+//!   copy, the data is registered as a fixed buffer of the server's io_uring
+//!   ([`crate::zerocopy`]). A copy borrows the request from its io slot for as long as it runs, a
+//!   registered buffer until io_uring releases it: the slot counts what it lent (`lent`), as the
+//!   C driver counts references in `struct ublk_io`. A request that the server commits, or that
+//!   fails, while it is lent is parked in the slot with its result, and the last user to give it
+//!   back ends it ([`give_back`]).
 //!
 //! Requests end in [`Served::finish`]: inline, or, with `UBLK_F_SUPPORT_RQ_AFFINITY`, through
 //! `blk_mq_complete_request_remote()` so that the queue's `rq_affinity` picks the CPU. Every way a
@@ -64,15 +66,16 @@ use crate::{
     chardev::Cmd,
     device::{Server, UblkDevice},
     iodesc::DescWriter,
-    queue::{Queue, QueueState, Rq, Slot},
-    uapi::{self, IoCmd, IoDesc},
+    queue::{DiskOps, Queue, QueueState, Rq, Slot},
+    uapi::{self, AutoBufReg, IoCmd, IoDesc},
+    zerocopy::{self, BufRelease},
 };
 use kernel::{
     block::{mq::Request, BlkStatus, ReqOp, SECTOR_SHIFT},
     current,
-    io_uring::{IoUringCmdCancel, IssueFlags, Issued, QueuedIoUringCmd},
+    io_uring::{IoUringCmdCancel, IssueFlags, Issued, QueuedIoUringCmd, RingId},
     prelude::*,
-    sync::{aref::ARef, atomic::Relaxed, Arc},
+    sync::{aref::ARef, atomic::Relaxed, Arc, SpinLockGuard},
     task::Task,
     uaccess::{UserPtr, UserSlice},
     warn_on,
@@ -181,6 +184,11 @@ pub(crate) struct Io {
     parked: Option<Served>,
     /// The server's buffer for the data of the slot's requests.
     addr: u64,
+    /// Where the buffer of the slot's next request goes (`UBLK_F_AUTO_BUF_REG`).
+    auto_reg: AutoBufReg,
+    /// The ring that the buffer of the slot's request was registered with automatically, which
+    /// the commit of the request unregisters it from if it comes through the same ring.
+    auto_registered: Option<RingId>,
     /// The server thread that fetched the slot, the only one that may send its other commands.
     task: Option<ARef<Task>>,
     /// The writer of the slot's io descriptor.
@@ -194,6 +202,8 @@ impl Io {
             lent: 0,
             parked: None,
             addr: 0,
+            auto_reg: AutoBufReg::default(),
+            auto_registered: None,
             task: None,
             desc,
         }
@@ -205,7 +215,7 @@ impl Io {
 
     /// Checks that the slot belongs to the calling server thread and that the server owns its
     /// request, as the C driver does before it looks at a command other than a fetch.
-    fn check_owner(&self) -> Result {
+    pub(crate) fn check_owner(&self) -> Result {
         if !self.task.as_deref().is_some_and(is_current) {
             return Err(EINVAL);
         }
@@ -213,6 +223,37 @@ impl Io {
             IoState::Serving(_) | IoState::NeedGetData(_) => Ok(()),
             _ => Err(EBUSY),
         }
+    }
+
+    /// Lends a reference to the request that the server serves in the slot, with data (a read or
+    /// a write), to a user copy or a registered buffer; `EINVAL` if there is none. The slot
+    /// counts it until it comes back through [`give_back`].
+    pub(crate) fn lend(&mut self) -> Result<ARef<Rq>> {
+        let IoState::Serving(served) = &self.state else {
+            return Err(EINVAL);
+        };
+        // Only reads and writes have data.
+        if !matches!(served.op(), ReqOp::Read | ReqOp::Write) {
+            return Err(EINVAL);
+        }
+        // INVARIANT: The slot counts this reference in `lent` until it is given back.
+        let rq = served.rq.clone();
+        self.lent += 1;
+        Ok(rq)
+    }
+
+    /// Checks that the server was not asked for the buffer of the slot's write
+    /// (`UBLK_F_NEED_GET_DATA`), which only `UBLK_U_IO_NEED_GET_DATA` answers.
+    pub(crate) fn check_not_need_get_data(&self) -> Result {
+        match self.state {
+            IoState::NeedGetData(_) => Err(EINVAL),
+            _ => Ok(()),
+        }
+    }
+
+    /// Returns whether the calling thread is the server thread that fetched the slot.
+    pub(crate) fn is_own_thread(&self) -> bool {
+        self.task.as_deref().is_some_and(is_current)
     }
 
     /// Keeps `fetch`, a command that the server sent with the buffer `addr`, to wait for the
@@ -462,7 +503,12 @@ fn deliver_one(
                 return None;
             }
         };
-        if !canceled && (served.op() != ReqOp::Write || queue.user_copy) {
+        if !canceled && queue.auto_buf_reg && matches!(served.op(), ReqOp::Read | ReqOp::Write) {
+            // The buffer is registered with the server's ring before it learns about the request.
+            deliver_registered(queue, slot, io, served, cmd, issue_flags);
+            return next;
+        }
+        if !canceled && (served.op() != ReqOp::Write || !queue.copies_data()) {
             // No data to copy, or the server copies it: the server gets the request at once.
             io.state = IoState::Serving(served);
             drop(io);
@@ -525,6 +571,61 @@ fn deliver_one(
         }
     }
     next
+}
+
+/// Delivers a request with data on a device with `UBLK_F_AUTO_BUF_REG`: registers its buffer with
+/// the ring of its fetch command `cmd`, at the index that the server named, then completes `cmd`.
+///
+/// `io` is the locked slot, whose request `served` is. If the registration fails, the server
+/// registers the buffer itself where it asked for that (`UBLK_AUTO_BUF_REG_FALLBACK`: the io
+/// descriptor says `UBLK_IO_F_NEED_REG_BUF`); otherwise the request fails, as in the C driver,
+/// and `cmd` waits for the slot's next request.
+fn deliver_registered(
+    queue: &Queue,
+    slot: &Slot,
+    mut io: SpinLockGuard<'_, Io>,
+    served: Served,
+    cmd: QueuedIoUringCmd,
+    issue_flags: IssueFlags<'_>,
+) {
+    let reg = io.auto_reg;
+    // INVARIANT: The slot counts this reference in `lent` until it is given back.
+    let rq = served.rq.clone();
+    io.lent += 1;
+    // The server sends no command for the request before it learns about it, below.
+    io.state = IoState::Delivering;
+    drop(io);
+
+    let registered =
+        cmd.register_request_buffer::<DiskOps, BufRelease>(rq, reg.index.into(), issue_flags);
+
+    let mut io = slot.lock();
+    match registered {
+        Ok(()) => {
+            io.auto_registered = Some(cmd.ring());
+            io.state = IoState::Serving(served);
+            drop(io);
+            cmd.done(Ok(0), issue_flags);
+        }
+        Err(_) => {
+            // The registration dropped the reference that it was lent, the only one: the
+            // request is not parked.
+            io.lent -= 1;
+            if reg.fallback {
+                if let Some(mut desc) = describe(&served, io.addr) {
+                    desc.op_flags |= uapi::IO_F_NEED_REG_BUF;
+                    io.desc.write(&desc);
+                }
+                io.state = IoState::Serving(served);
+                drop(io);
+                cmd.done(Ok(0), issue_flags);
+            } else {
+                io.state = IoState::Fetched(cmd);
+                drop(io);
+                served.finish(queue, EIO.to_errno(), 0);
+            }
+        }
+    }
 }
 
 /// How much of a write's data [`copy_write`] copied to the server's buffer.
@@ -590,27 +691,25 @@ pub(crate) fn end_request(rq: ARef<Rq>) {
 /// returns; `EINVAL` if the server serves no request with data there.
 ///
 /// The request does not end while `f` runs: a commit or a failure meanwhile parks it in the slot
-/// ([`Io::settle`]), and the last user copy ends it, here, with the result recorded then.
+/// ([`Io::settle`]), and the last user of the request ends it, with the result recorded then.
 pub(crate) fn with_lent<R>(queue: &Queue, slot: &Slot, f: impl FnOnce(&Rq) -> R) -> Result<R> {
-    let rq = {
-        let mut io = slot.lock();
-        let IoState::Serving(served) = &io.state else {
-            return Err(EINVAL);
-        };
-        // Only reads and writes have data.
-        if !matches!(served.op(), ReqOp::Read | ReqOp::Write) {
-            return Err(EINVAL);
-        }
-        // INVARIANT: The slot counts this reference in `lent` until it is dropped below.
-        let rq = served.rq.clone();
-        io.lent += 1;
-        rq
-    };
+    let rq = slot.lock().lend()?;
     let ret = f(&rq);
     // The request may end below, once this is its only other reference.
     drop(rq);
+    give_back(queue, slot);
+    Ok(ret)
+}
+
+/// Gives back a reference to the request of `slot` that [`Io::lend`] lent, which the caller
+/// dropped, and ends the request if it was parked and this was its last user.
+pub(crate) fn give_back(queue: &Queue, slot: &Slot) {
     let parked = {
         let mut io = slot.lock();
+        // Every reference lent is counted, and given back once.
+        if warn_on!(io.lent == 0) {
+            return;
+        }
         io.lent -= 1;
         if io.lent == 0 {
             io.parked.take()
@@ -621,11 +720,10 @@ pub(crate) fn with_lent<R>(queue: &Queue, slot: &Slot, f: impl FnOnce(&Rq) -> R)
     if let Some(served) = parked {
         served.end(queue);
     }
-    Ok(ret)
 }
 
 /// Returns the queue of an io command, checked against the device, and its io slot.
-fn slot_of<'a>(dev: &'a UblkDevice, io_cmd: &IoCmd) -> Result<(&'a Arc<Queue>, &'a Slot)> {
+pub(crate) fn slot_of<'a>(dev: &'a UblkDevice, io_cmd: &IoCmd) -> Result<(&'a Arc<Queue>, &'a Slot)> {
     let queue = dev.queues.get(io_cmd.q_id.into())?;
     if io_cmd.tag >= dev.depth {
         return Err(EINVAL);
@@ -639,7 +737,7 @@ fn slot_of<'a>(dev: &'a UblkDevice, io_cmd: &IoCmd) -> Result<(&'a Arc<Queue>, &
 /// data, which may be left out where `UBLK_F_NEED_GET_DATA` asks for it later (not for a read,
 /// whose data the commit copies from it).
 fn check_buf(queue: &Queue, addr: u64, op: Option<ReqOp>) -> Result {
-    let ok = if queue.user_copy {
+    let ok = if !queue.copies_data() {
         addr == 0
     } else {
         addr != 0 || (queue.need_get_data && op != Some(ReqOp::Read))
@@ -668,6 +766,7 @@ pub(crate) fn fetch<'a>(
     let (queue, slot) = slot_of(dev, io_cmd)?;
 
     check_buf(queue, io_cmd.addr, None)?;
+    let auto_reg = zerocopy::auto_buf_reg(queue, &cmd)?;
 
     // Serializes fetch commands, and counts them for `UBLK_U_CMD_START_DEV`.
     let mut state = dev.state.lock();
@@ -695,6 +794,7 @@ pub(crate) fn fetch<'a>(
     let old_task = {
         let mut io = slot.lock();
         io.addr = io_cmd.addr;
+        io.auto_reg = auto_reg;
         io.state = IoState::Fetched(cmd);
         io.task.replace(task)
     };
@@ -722,7 +822,7 @@ pub(crate) fn commit_and_fetch<'a>(
 ) -> Result<Issued<'a>> {
     let (queue, slot) = slot_of(dev, io_cmd)?;
 
-    let served = {
+    let (served, registered) = {
         let mut io = slot.lock();
         io.check_owner()?;
         // A write whose buffer the server was asked for takes `UBLK_U_IO_NEED_GET_DATA` first.
@@ -730,7 +830,10 @@ pub(crate) fn commit_and_fetch<'a>(
             return Err(EINVAL);
         };
         check_buf(queue, io_cmd.addr, Some(served.op()))?;
-        io.take_serving().ok_or(EBUSY)?
+        let auto_reg = zerocopy::auto_buf_reg(queue, &cmd)?;
+        let registered = io.auto_registered.take().map(|ring| (ring, io.auto_reg.index));
+        io.auto_reg = auto_reg;
+        (io.take_serving().ok_or(EBUSY)?, registered)
     };
     let len = served.len;
 
@@ -741,8 +844,9 @@ pub(crate) fn commit_and_fetch<'a>(
     } else if served.op() == ReqOp::Read && io_cmd.result == 0 {
         // Nothing read fails the read.
         (EIO.to_errno(), 0)
-    } else if queue.user_copy {
-        // As in the C driver, a read or a write that the server copied itself ends whole.
+    } else if !queue.copies_data() {
+        // As in the C driver, a read or a write whose data the server copied itself, or reached
+        // through a registered buffer, ends whole.
         (0, served.nr_bytes())
     } else if served.op() == ReqOp::Read {
         // CAST: `result` is not negative.
@@ -766,6 +870,15 @@ pub(crate) fn commit_and_fetch<'a>(
     } else {
         (0, served.nr_bytes())
     };
+
+    // The buffer registered automatically goes, unless the server sent the commit through
+    // another ring, as the C driver does: the server must then unregister it itself.
+    if let Some((ring, index)) = registered {
+        if ring == cmd.ring() {
+            // A buffer that the server unregistered already is no error.
+            let _ = cmd.unregister_buffer(index.into(), issue_flags);
+        }
+    }
 
     // Offer the slot again before the request ends, which may free its tag for the next request.
     cmd.write_pdu(&pdu(io_cmd.q_id, io_cmd.tag));
@@ -879,6 +992,9 @@ pub(crate) fn abort_all(dev: &UblkDevice) {
         for slot in queue.slots() {
             let served = {
                 let mut io = slot.lock();
+                // The ring that holds a buffer registered automatically is going away, and
+                // releases it.
+                io.auto_registered = None;
                 io.take_serving()
                     .and_then(|served| io.settle(served, EIO.to_errno(), 0))
             };

@@ -8,7 +8,9 @@
 //! mapping before the device is started.
 
 use crate::{
-    features::{F_NEED_GET_DATA, F_SUPPORT_RQ_AFFINITY, F_USER_COPY},
+    features::{
+        F_AUTO_BUF_REG, F_NEED_GET_DATA, F_SUPPORT_RQ_AFFINITY, F_SUPPORT_ZERO_COPY, F_USER_COPY,
+    },
     io::{self, Io},
     iodesc::{self, DescPages},
 };
@@ -100,6 +102,12 @@ pub(crate) struct Queue {
     /// Whether the server names the buffer for the data of a write only once it learnt about the
     /// write (`UBLK_F_NEED_GET_DATA`).
     pub(crate) need_get_data: bool,
+    /// Whether the server registers the data of requests as io_uring fixed buffers
+    /// (`UBLK_U_IO_REGISTER_IO_BUF`, `UBLK_F_SUPPORT_ZERO_COPY`).
+    pub(crate) zero_copy: bool,
+    /// Whether the driver registers the data of each request with the server's ring before the
+    /// server learns about it (`UBLK_F_AUTO_BUF_REG`).
+    pub(crate) auto_buf_reg: bool,
     /// The io descriptors, as the server maps them.
     pub(crate) desc_pages: Arc<DescPages>,
     /// Whether the queue is served.
@@ -123,12 +131,21 @@ impl Queue {
                 rq_affinity: flags & F_SUPPORT_RQ_AFFINITY != 0,
                 user_copy: flags & F_USER_COPY != 0,
                 need_get_data: flags & F_NEED_GET_DATA != 0,
+                zero_copy: flags & F_SUPPORT_ZERO_COPY != 0,
+                auto_buf_reg: flags & F_AUTO_BUF_REG != 0,
                 desc_pages,
                 state: Atomic::new(QueueState::Serving),
                 slots,
             },
             GFP_KERNEL,
         )?)
+    }
+
+    /// Returns whether the driver copies the data of requests between them and the buffers that
+    /// the server names in its commands (copy mode), rather than the server reaching it with user
+    /// copy or zero copy.
+    pub(crate) fn copies_data(&self) -> bool {
+        !(self.user_copy || self.zero_copy || self.auto_buf_reg)
     }
 
     /// Returns the io slot `tag`, if the queue has one.

@@ -71,6 +71,7 @@ mod params;
 mod queue;
 mod uapi;
 mod usercopy;
+mod zerocopy;
 
 module! {
     type: RustUblk,

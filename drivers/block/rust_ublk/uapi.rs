@@ -73,6 +73,7 @@ pub(crate) const IO_FETCH_REQ: u32 = u::UBLK_IO_FETCH_REQ;
 pub(crate) const IO_COMMIT_AND_FETCH_REQ: u32 = u::UBLK_IO_COMMIT_AND_FETCH_REQ;
 pub(crate) const IO_NEED_GET_DATA: u32 = u::UBLK_IO_NEED_GET_DATA;
 // See the newer control commands above.
+pub(crate) const IO_REGISTER_IO_BUF: u32 = 0x23;
 pub(crate) const IO_UNREGISTER_IO_BUF: u32 = 0x24;
 
 // Operations of I/O descriptors and their flags.
@@ -83,6 +84,7 @@ pub(crate) const IO_OP_DISCARD: u32 = u::UBLK_IO_OP_DISCARD;
 pub(crate) const IO_OP_WRITE_ZEROES: u32 = u::UBLK_IO_OP_WRITE_ZEROES;
 pub(crate) const IO_F_FUA: u32 = u::UBLK_IO_F_FUA;
 pub(crate) const IO_F_NOUNMAP: u32 = u::UBLK_IO_F_NOUNMAP;
+pub(crate) const IO_F_NEED_REG_BUF: u32 = u::UBLK_IO_F_NEED_REG_BUF;
 
 /// Offset in `/dev/ublkcN` of the io descriptors of queue 0.
 pub(crate) const CMD_BUF_OFFSET: usize = u::UBLKSRV_CMD_BUF_OFFSET as usize;
@@ -259,6 +261,36 @@ impl UserCopyPos {
             // CAST: The flag is bit 62, inside an `i64`.
             integrity: pos & (u::UBLKSRV_IO_INTEGRITY_FLAG as i64) != 0,
         }
+    }
+}
+
+/// `struct ublk_auto_buf_reg`, which the fetch and commit commands of a device with
+/// `UBLK_F_AUTO_BUF_REG` carry in the `addr` field of their SQE: where the buffer of the slot's
+/// next request goes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct AutoBufReg {
+    /// The index in the ring's buffer table.
+    pub(crate) index: u16,
+    /// Whether a failed registration is left to the server (`UBLK_AUTO_BUF_REG_FALLBACK`),
+    /// rather than failing the request.
+    pub(crate) fallback: bool,
+}
+
+impl AutoBufReg {
+    /// Decodes the `addr` field of an SQE as `ublk_sqe_addr_to_auto_buf_reg()` does: the index
+    /// in bits 0-15, the flags in bits 16-23, the rest reserved. Reserved bits or unknown flags
+    /// are `EINVAL`.
+    pub(crate) fn parse(sqe_addr: u64) -> kernel::error::Result<Self> {
+        // CAST: The fields are masked to their widths.
+        let index = (sqe_addr & 0xffff) as u16;
+        let flags = ((sqe_addr >> 16) & 0xff) as u32;
+        if sqe_addr >> 24 != 0 || flags & !u::UBLK_AUTO_BUF_REG_F_MASK != 0 {
+            return Err(kernel::error::code::EINVAL);
+        }
+        Ok(Self {
+            index,
+            fallback: flags & u::UBLK_AUTO_BUF_REG_FALLBACK != 0,
+        })
     }
 }
 

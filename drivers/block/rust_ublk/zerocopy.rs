@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Zero copy: the data of a request that the server serves is registered as a fixed buffer of
+//! the server's io_uring, so that the server's reads and writes of its backing storage use the
+//! request's pages directly.
+//!
+//! - With `UBLK_F_SUPPORT_ZERO_COPY`, the server registers the buffer itself with
+//!   `UBLK_U_IO_REGISTER_IO_BUF`, from any thread (`UBLK_F_BUF_REG_OFF_DAEMON`), and unregisters
+//!   it with `UBLK_U_IO_UNREGISTER_IO_BUF` ([`register_io_buf`], [`unregister_io_buf`]).
+//! - With `UBLK_F_AUTO_BUF_REG`, the driver registers it with the ring of the fetch command,
+//!   at the index that the fetch or commit command names, before the server learns about the
+//!   request ([`io`]'s delivery), and unregisters it when the server commits the request
+//!   through the same ring.
+//!
+//! A registered buffer holds a reference to the request, lent by its io slot
+//! ([`io::give_back`]), which comes back once io_uring no longer uses the buffer: when it is
+//! unregistered and the last operation on it completed, or when the ring is torn down
+//! ([`BufRelease`]). The request ends when the server committed it and the last reference came
+//! back, in whichever of the two contexts comes last, through the same path as every request.
+
+use crate::{
+    chardev::Cmd,
+    device::UblkDevice,
+    features::F_SUPPORT_ZERO_COPY,
+    io,
+    queue::{DiskOps, Queue, Queues, Rq},
+    uapi::{AutoBufReg, IoCmd},
+};
+use kernel::{
+    io_uring::{IssueFlags, Issued, RequestBufferRelease},
+    prelude::*,
+    sync::{aref::ARef, Arc},
+    warn_on,
+};
+
+/// Returns where the buffer of the slot's next request goes, as the fetch or commit command `cmd`
+/// names it, on a device with `UBLK_F_AUTO_BUF_REG`; the default on other devices.
+pub(crate) fn auto_buf_reg(queue: &Queue, cmd: &Cmd<'_>) -> Result<AutoBufReg> {
+    if queue.auto_buf_reg {
+        AutoBufReg::parse(cmd.sqe_addr())
+    } else {
+        Ok(AutoBufReg::default())
+    }
+}
+
+/// `UBLK_U_IO_REGISTER_IO_BUF`: registers the data of the request that the server serves in the
+/// command's io slot as the fixed buffer `addr` of the command's ring.
+///
+/// Any thread may register (`UBLK_F_BUF_REG_OFF_DAEMON`). On the slot's own thread, a slot whose
+/// request the server does not own is `EBUSY`, as the C driver's checks of that thread's
+/// commands give; elsewhere it is `EINVAL`.
+pub(crate) fn register_io_buf<'a>(
+    dev: &UblkDevice,
+    cmd: &Cmd<'a>,
+    issue_flags: IssueFlags<'a>,
+    io_cmd: &IoCmd,
+) -> Result<Issued<'a>> {
+    let (queue, slot) = io::slot_of(dev, io_cmd)?;
+    let rq = {
+        let mut io = slot.lock();
+        if io.is_own_thread() {
+            io.check_owner()?;
+            // A write whose buffer the server was asked for takes `UBLK_U_IO_NEED_GET_DATA`.
+            io.check_not_need_get_data()?;
+        }
+        if !queue.zero_copy {
+            return Err(EINVAL);
+        }
+        io.lend()?
+    };
+    // CAST: As the C driver, the index is the low 32 bits of `addr`.
+    let index = io_cmd.addr as u32;
+    let registered = cmd.register_request_buffer::<DiskOps, BufRelease>(rq, index, issue_flags);
+    if registered.is_err() {
+        // The registration dropped the reference it was lent.
+        io::give_back(queue, slot);
+    }
+    registered.map(|()| Issued::Done(0))
+}
+
+/// `UBLK_U_IO_UNREGISTER_IO_BUF`: unregisters the fixed buffer `addr` of the command's ring.
+///
+/// The buffer is released, and its request may end, once the ring's operations on it complete.
+/// As in the C driver, neither the queue nor the tag of the command matter.
+pub(crate) fn unregister_io_buf<'a>(
+    dev: &UblkDevice,
+    cmd: &Cmd<'a>,
+    issue_flags: IssueFlags<'a>,
+    io_cmd: &IoCmd,
+) -> Result<Issued<'a>> {
+    if dev.flags & F_SUPPORT_ZERO_COPY == 0 {
+        return Err(EINVAL);
+    }
+    // CAST: As the C driver, the index is the low 32 bits of `addr`.
+    cmd.unregister_buffer(io_cmd.addr as u32, issue_flags)?;
+    Ok(Issued::Done(0))
+}
+
+/// Takes back the references to requests that registered buffers held, once io_uring no longer
+/// uses the buffers.
+pub(crate) struct BufRelease;
+
+impl RequestBufferRelease<DiskOps> for BufRelease {
+    fn release(rq: ARef<Rq>) {
+        let queues: Arc<Queues> = rq.queue_data().into();
+        let (q_id, tag) = (rq.queue_index() as usize, rq.tag() as usize);
+        // The request may end below, once this is its only other reference.
+        drop(rq);
+        let Ok(queue) = queues.get(q_id) else {
+            // The request of an io slot belongs to its queue.
+            warn_on!(true);
+            return;
+        };
+        let Some(slot) = queue.slot(tag) else {
+            warn_on!(true);
+            return;
+        };
+        io::give_back(queue, slot);
+    }
+}
