@@ -63,16 +63,8 @@ impl MiscDevice for CharDev {
 
     fn release(dev: Arc<UblkDevice>, _file: &File) {
         // Every command of the server is completed by now, since a queued command keeps the file
-        // open. What the server was serving fails.
-        io::abort_all(&dev);
-        // Without user recovery, a started device dies with its server: its disk goes away, and
-        // the device can only be deleted.
-        UblkDevice::stop(&dev);
-        io::reset_all(&dev);
-        let mm = dev.server_mm.lock().take();
-        drop(mm);
-        dev.state.lock().server = Server::Detached;
-        dev.ready.notify_all();
+        // open.
+        UblkDevice::release(dev);
     }
 
     fn read_iter(kiocb: Kiocb<'_, Arc<UblkDevice>>, iov: &mut IovIterDest<'_>) -> Result<usize> {

@@ -52,7 +52,9 @@ impl Entry {
 
 impl Drop for Entry {
     fn drop(&mut self) {
-        // A device that goes away with the module must not leave its partition scan queued.
+        // A device that goes away with the module must not leave its partition scan or the end
+        // of its server's release queued.
+        UblkDevice::flush_release(&self.dev);
         UblkDevice::cancel_scan(&self.dev);
     }
 }

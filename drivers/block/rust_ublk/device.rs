@@ -130,7 +130,11 @@ pub(crate) struct UblkDevice {
     pub(crate) ready: CondVar,
     /// Reads the partition table once the device is started.
     #[pin]
-    scan_work: Work<UblkDevice>,
+    scan_work: Work<UblkDevice, SCAN_WORK>,
+    /// Finishes the release of `/dev/ublkcN` when registered buffers still hold requests of the
+    /// server that closed it ([`UblkDevice::release`]).
+    #[pin]
+    release_work: Work<UblkDevice, RELEASE_WORK>,
     /// The tag set of the device's disk.
     pub(crate) tag_set: Arc<TagSet<DiskOps>>,
     /// The queues, with their io slots.
@@ -161,6 +165,7 @@ impl UblkDevice {
                 live: Atomic::new(false),
                 ready <- new_condvar!(),
                 scan_work <- new_work!("UblkDevice::scan_work"),
+                release_work <- new_work!("UblkDevice::release_work"),
                 tag_set,
                 queues,
             }),
@@ -222,7 +227,7 @@ impl UblkDevice {
         state.life = Lifecycle::Live(disk);
         state.info.ublksrv_pid = pid;
         // Already queued means a scan is pending, which reads the new disk.
-        let _ = workqueue::system_percpu().enqueue(this.clone());
+        let _ = workqueue::system_percpu().enqueue::<Arc<Self>, SCAN_WORK>(this.clone());
         Ok(())
     }
 
@@ -291,12 +296,50 @@ impl UblkDevice {
 
     /// Cancels the partition scan, or waits for it to end if it runs.
     pub(crate) fn cancel_scan(this: &Arc<Self>) {
-        Work::cancel_sync(this);
+        Work::<Self, SCAN_WORK>::cancel_sync(this);
     }
 
     /// Returns whether the device is started, with a disk.
     pub(crate) fn is_started(&self) -> bool {
         self.state.lock().disk().is_some()
+    }
+
+    /// The server closed `/dev/ublkcN`: the requests it was serving fail, the device stops, and
+    /// a new server may open it.
+    ///
+    /// A request whose data is still registered as a buffer of one of the server's rings ends
+    /// only once io_uring releases the buffer, possibly when the task that closed the file, which
+    /// is in this function, tears the ring down. Stopping the device waits for the requests, so
+    /// the release is then finished by a work item, as the C driver does. The server stays
+    /// attached until it is: a new server cannot open `/dev/ublkcN` before, and
+    /// `UBLK_U_CMD_DEL_DEV` waits for it.
+    pub(crate) fn release(this: Arc<Self>) {
+        if io::abort_all(&this) {
+            // A device has one opener, so the work item is not queued already.
+            let _ = workqueue::system().enqueue::<Arc<Self>, RELEASE_WORK>(this);
+        } else {
+            Self::finish_release(&this);
+        }
+    }
+
+    /// Finishes [`UblkDevice::release`] once the server's requests failed.
+    fn finish_release(this: &Arc<Self>) {
+        // Without user recovery, a started device dies with its server: its disk goes away, and
+        // the device can only be deleted.
+        Self::stop(this);
+        io::reset_all(this);
+        let mm = this.server_mm.lock().take();
+        drop(mm);
+        this.state.lock().server = Server::Detached;
+        this.ready.notify_all();
+    }
+
+    /// Cancels a release that a work item was to finish, and finishes it here instead: the
+    /// device goes away with the module.
+    pub(crate) fn flush_release(this: &Arc<Self>) {
+        if Work::<Self, RELEASE_WORK>::cancel_sync(this) {
+            Self::finish_release(this);
+        }
     }
 
     /// Returns whether a server has `/dev/ublkcN` open.
@@ -322,10 +365,24 @@ impl UblkDevice {
 }
 
 impl_has_work! {
-    impl HasWork<Self> for UblkDevice { self.scan_work }
+    impl HasWork<Self, SCAN_WORK> for UblkDevice { self.scan_work }
+    impl HasWork<Self, RELEASE_WORK> for UblkDevice { self.release_work }
 }
 
-impl WorkItem for UblkDevice {
+/// The identity of [`UblkDevice::scan_work`] among the work items of a device.
+const SCAN_WORK: u64 = 0;
+/// The identity of [`UblkDevice::release_work`] among the work items of a device.
+const RELEASE_WORK: u64 = 1;
+
+impl WorkItem<RELEASE_WORK> for UblkDevice {
+    type Pointer = Arc<UblkDevice>;
+
+    fn run(this: Arc<UblkDevice>) {
+        Self::finish_release(&this);
+    }
+}
+
+impl WorkItem<SCAN_WORK> for UblkDevice {
     type Pointer = Arc<UblkDevice>;
 
     fn run(this: Arc<UblkDevice>) {

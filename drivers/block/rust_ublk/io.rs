@@ -985,8 +985,10 @@ pub(crate) fn cancel(dev: &UblkDevice, cmd: IoUringCmdCancel<'_>, issue_flags: I
 /// The server closed `/dev/ublkcN`: the requests it was serving fail, and later ones too.
 ///
 /// Every command of the server completed before (a command keeps the file open), so no io slot
-/// is dispatched or delivering any more.
-pub(crate) fn abort_all(dev: &UblkDevice) {
+/// is dispatched or delivering any more. Returns whether a request is still lent to a buffer
+/// registered with io_uring: it ends once io_uring releases the buffer.
+pub(crate) fn abort_all(dev: &UblkDevice) -> bool {
+    let mut lent = false;
     for queue in dev.queues.iter() {
         queue.fail_requests();
         for slot in queue.slots() {
@@ -1001,8 +1003,10 @@ pub(crate) fn abort_all(dev: &UblkDevice) {
             if let Some(served) = served {
                 served.end(queue);
             }
+            lent |= slot.lock().lent > 0;
         }
     }
+    lent
 }
 
 /// The server is gone: a new server may fetch the io slots again.

@@ -91,6 +91,14 @@ impl<S: squeue::EntryMarker> Ring<S> {
             .context("io_uring_register(REGISTER_BUFFERS)")
     }
 
+    /// Gives the ring an empty table of `nr` fixed buffers, for drivers to register buffers in.
+    pub fn register_sparse_buffers(&mut self, nr: u32) -> Result<()> {
+        self.ring
+            .submitter()
+            .register_buffers_sparse(nr)
+            .context("io_uring_register(REGISTER_BUFFERS2, sparse)")
+    }
+
     /// Submits `sqe` and waits up to `wait` for its completion.
     pub fn run(&mut self, sqe: S, wait: Duration) -> Result<Got> {
         let token = self.submit(sqe)?;

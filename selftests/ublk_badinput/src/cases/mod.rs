@@ -22,6 +22,7 @@ mod server;
 mod start;
 mod unpriv;
 mod usercopy;
+mod zerocopy;
 
 pub struct Case {
     pub name: &'static str,
@@ -72,6 +73,7 @@ pub fn all() -> Vec<&'static Case> {
         io::CASES,
         usercopy::CASES,
         getdata::CASES,
+        zerocopy::CASES,
         start::CASES,
         del::CASES,
         fault::CASES,

@@ -66,7 +66,7 @@ impl Held {
         let mut s = Server::with_flags(env, 1, flags)?;
         let fd = s.file.as_raw_fd();
         let descs = chardev::map_descs_setup(fd, 1)?;
-        let addr = if flags & UBLK_F_USER_COPY != 0 {
+        let addr = if flags & (UBLK_F_USER_COPY | UBLK_F_SUPPORT_ZERO_COPY) != 0 {
             0
         } else {
             s.buf.addr()
@@ -102,11 +102,11 @@ impl Held {
         Self::new(env, UBLK_F_USER_COPY)
     }
 
-    fn fd(&self) -> RawFd {
+    pub(super) fn fd(&self) -> RawFd {
         self.s.file.as_raw_fd()
     }
 
-    fn bytes(&self) -> u32 {
+    pub(super) fn bytes(&self) -> u32 {
         self.desc.nr_sectors << 9
     }
 }
