@@ -136,11 +136,11 @@ use crate::{
         c_uint,
         c_void, //
     },
+    sync::aref::ARef,
     transmute::{
         AsBytes,
         FromBytes, //
     },
-    sync::aref::ARef,
     types::{
         ForeignOwnable,
         NotThreadSafe, //

@@ -23,9 +23,13 @@
 //!    `UBLK_IO_RES_NEED_GET_DATA` instead, without its data ([`IoState::NeedGetData`]): the server
 //!    names the buffer for it with `UBLK_U_IO_NEED_GET_DATA` ([`need_get_data`]), which completes
 //!    once the data is there.
+//!
+//!    With `UBLK_F_AUTO_BUF_REG`, the data of a read or a write is registered as a fixed buffer
+//!    of the ring of the fetch command before the command completes ([`deliver_registered`]).
 //! 3. The server handles the request and sends `UBLK_U_IO_COMMIT_AND_FETCH_REQ` with the result
-//!    ([`commit_and_fetch`]): the data of a read is copied from the server's buffer, the request
-//!    ends, and the new command waits for the next request (step 2).
+//!    ([`commit_and_fetch`]): in copy mode, the data of a read is copied from the server's
+//!    buffer; a buffer registered automatically is unregistered; the request ends, unless it is
+//!    lent (below), and the new command waits for the next request (step 2).
 //!
 //! # Who owns what
 //!
@@ -33,14 +37,17 @@
 //!   only taken by the request of that tag (in `queue_rq` or `queue_rqs`, at most one at a time,
 //!   since blk-mq hands a tag to one request at a time), by the next request of its batch, which
 //!   links it ([`Batch`]), by the server thread that fetched the slot (its commands and their
-//!   task work), and by the paths that tear the queue down. Requests of different tags, and so
-//!   submitters on different CPUs, never take the same lock, but for that link within a plug.
+//!   task work), by the user copies and buffer registrations of the server's threads
+//!   ([`crate::usercopy`], [`crate::zerocopy`]) and io_uring's release of registered buffers, and
+//!   by the paths that tear the queue down. Requests of different tags, and so submitters on
+//!   different CPUs, never take the same lock, but for that link within a plug.
 //! - A request has exactly one owner from `queue_rq` or `queue_rqs` until it ends: a [`Served`]
-//!   value, which is
-//!   not `Clone`. It is kept in the slot, or moved out of it by the one function that works on it
-//!   without the lock (the copy of a write's data in [`deliver`], the copy of a read's data in
-//!   [`commit_and_fetch`]), and it is consumed by ending the request. No other reference to the
-//!   request is ever made, so ending it cannot fail.
+//!   value, which is not `Clone`. It is kept in the slot (parked there once ended while lent,
+//!   below), or moved out of it by the function that works on it without the lock (the copy of a
+//!   write's data in [`deliver`] and [`need_get_data`], the copy of a read's data in
+//!   [`commit_and_fetch`], the registration in [`deliver_registered`]), and it is consumed by
+//!   ending the request. The only other references to the request are those that the slot lent
+//!   and counts, and it is only ended once none is left, so ending it does not fail.
 //! - The io descriptor of a slot has one writer ([`DescWriter`]), kept in the slot, so writes to
 //!   it are serialised by the slot's lock.
 //! - The server's command is owned by the slot while it waits ([`IoState::Fetched`]), by a
@@ -48,7 +55,7 @@
 //!   command it is until the batch is submitted, by the task work that completes it
 //!   ([`deliver`]), or by io_uring once it completed.
 //!
-//! - With `UBLK_F_USER_COPY`, the server copies the data of a request it serves itself, with
+//! - With `UBLK_F_USER_COPY`, the server copies the data of a request that it serves itself, with
 //!   `pread` and `pwrite` on `/dev/ublkcN` ([`crate::usercopy`]), from any thread; with zero
 //!   copy, the data is registered as a fixed buffer of the server's io_uring
 //!   ([`crate::zerocopy`]). A copy borrows the request from its io slot for as long as it runs, a
@@ -57,10 +64,11 @@
 //!   fails, while it is lent is parked in the slot with its result, and the last user to give it
 //!   back ends it ([`give_back`]).
 //!
-//! Requests end in [`Served::finish`]: inline, or, with `UBLK_F_SUPPORT_RQ_AFFINITY`, through
-//! `blk_mq_complete_request_remote()` so that the queue's `rq_affinity` picks the CPU. Every way a
-//! request can end goes through it, errors and aborts included (but for a request of a hardware
-//! queue that the device does not have, which cannot happen).
+//! Requests end in [`Served::end`] (directly, or through [`Served::finish`]): inline, or, with
+//! `UBLK_F_SUPPORT_RQ_AFFINITY`, through `blk_mq_complete_request_remote()` so that the queue's
+//! `rq_affinity` picks the CPU. Every way a request can end goes through it, errors, aborts, the
+//! last user copy and the release of the last registered buffer included (but for a request of
+//! a hardware queue that the device does not have, which cannot happen).
 
 use crate::{
     chardev::Cmd,
@@ -93,8 +101,8 @@ const REQUEUE_DELAY_MS: usize = 3;
 ///
 /// # Invariants
 ///
-/// `rq` is the only reference to the request, but for those of the user copies that its io slot
-/// counts in `lent` ([`with_lent`]).
+/// `rq` is the only reference to the request, but for those that its io slot lent to user copies
+/// and registered buffers and counts in `lent` ([`Io::lend`]).
 pub(crate) struct Served {
     rq: ARef<Rq>,
     /// The bytes of the request that the server was told about: fewer than the request has if
@@ -106,7 +114,8 @@ impl Served {
     fn new(rq: ARef<Rq>) -> Self {
         let len = rq.nr_bytes();
         // INVARIANT: `rq` is the reference that blk-mq passed to `queue_rq` or that `queue_rqs`
-        // took from its list, which the driver never duplicates.
+        // took from its list. The driver only duplicates it to lend it, once the request is the
+        // server's, through its io slot.
         Self { rq, len }
     }
 
@@ -114,7 +123,7 @@ impl Served {
     /// `blk_mq_complete_request_remote()` if the queue honours `rq_affinity`.
     ///
     /// `error` is 0 or a negative errno; `bytes` is how much of the request the server
-    /// transferred. No user copy may be in flight ([`Io::settle`] parks the request if one is).
+    /// transferred. The request must not be lent ([`Io::settle`] parks it if it is).
     fn finish(self, queue: &Queue, error: i32, bytes: u32) {
         self.record(error, bytes);
         self.end(queue);
@@ -136,7 +145,8 @@ impl Served {
 
     /// Gives the request back to blk-mq, which dispatches it again after [`REQUEUE_DELAY_MS`].
     fn requeue(self) {
-        // By the type invariants, `rq` is the only reference, so this does not fail.
+        // Only a request that the server does not own yet is requeued, and only those are lent:
+        // by the type invariants, `rq` is the only reference, so this does not fail.
         warn_on!(Request::requeue(self.rq, REQUEUE_DELAY_MS).is_err());
     }
 }
@@ -175,6 +185,13 @@ pub(crate) enum IoState {
 }
 
 /// An io slot.
+///
+/// # Invariants
+///
+/// - `lent` counts the references to the slot's request that [`Io::lend`] (and the automatic
+///   registration of [`deliver_registered`]) handed out and that were not given back yet.
+/// - `lent > 0` while `parked` is `Some`, and the parked request is the slot's only request: it
+///   keeps its tag, so no other request reaches the slot until it ends.
 pub(crate) struct Io {
     state: IoState,
     /// How many user copies borrow the slot's request ([`with_lent`]).
@@ -723,7 +740,10 @@ pub(crate) fn give_back(queue: &Queue, slot: &Slot) {
 }
 
 /// Returns the queue of an io command, checked against the device, and its io slot.
-pub(crate) fn slot_of<'a>(dev: &'a UblkDevice, io_cmd: &IoCmd) -> Result<(&'a Arc<Queue>, &'a Slot)> {
+pub(crate) fn slot_of<'a>(
+    dev: &'a UblkDevice,
+    io_cmd: &IoCmd,
+) -> Result<(&'a Arc<Queue>, &'a Slot)> {
     let queue = dev.queues.get(io_cmd.q_id.into())?;
     if io_cmd.tag >= dev.depth {
         return Err(EINVAL);
@@ -831,7 +851,10 @@ pub(crate) fn commit_and_fetch<'a>(
         };
         check_buf(queue, io_cmd.addr, Some(served.op()))?;
         let auto_reg = zerocopy::auto_buf_reg(queue, &cmd)?;
-        let registered = io.auto_registered.take().map(|ring| (ring, io.auto_reg.index));
+        let registered = io
+            .auto_registered
+            .take()
+            .map(|ring| (ring, io.auto_reg.index));
         io.auto_reg = auto_reg;
         (io.take_serving().ok_or(EBUSY)?, registered)
     };

@@ -23,8 +23,10 @@
 //!   both under the device lock.
 //! - Each queue ([`queue::Queue`]) has a [`queue::QueueState`] (serving, dead, stopping), an
 //!   atomic, and its io slots ([`io`]), each under its own lock: idle, holding the server's fetch
-//!   command, or owning a request that is on its way to the server or that the server serves.
-//!   [`io`] says who owns a slot and its request when.
+//!   command, or owning a request that is on its way to the server or that the server serves. A
+//!   slot lends its request to user copies and registered buffers, and keeps a request that
+//!   ended while lent parked until the last of them gives it back. [`io`] says who owns a slot
+//!   and its request when.
 //!
 //! # Locks
 //!
@@ -47,11 +49,13 @@
 //! 6. [`queue::Slot`] (spinlock, one per io slot): the slot's state, its request and the writer
 //!    of its io descriptor. Taken by blk-mq's `queue_rq` for the request of that tag (process
 //!    context: the submitter, or blk-mq's work items), by the server's io commands for the slot
-//!    and their task work, and by
-//!    cancellation and teardown, which visit the slots one at a time. Innermost: under it,
-//!    commands are only handed to task work (`io_uring_cmd_complete_in_task()`, which takes none
-//!    of these locks); they are completed, requests ended and task references put after it is
-//!    dropped. No two slot locks are held at once.
+//!    and their task work, by user copies (`read_iter`/`write_iter` of any server thread) and
+//!    buffer registrations, by io_uring's release of a registered buffer (process context, with
+//!    that ring's lock), and by cancellation and teardown, which visit the slots one at a time.
+//!    Innermost: under it, commands are only handed to task work
+//!    (`io_uring_cmd_complete_in_task()`, which takes none of these locks); they are completed,
+//!    buffers registered or unregistered, user memory copied, requests ended and task references
+//!    put after it is dropped. No two slot locks are held at once.
 
 use kernel::{
     miscdevice::{
