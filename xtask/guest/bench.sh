@@ -184,24 +184,37 @@ ratio_fail() {
 }
 
 ratio_one() {
-	# ratio_one <c|rust> <iodepth> <round>: one measurement, the module
-	# loaded and unloaded around it; sets RATIO_IOPS (empty if none) and
-	# returns non-zero if the driver failed
-	local drv=$1 qd=$2 r=$3 mod=ublk_drv id out rc iops ok=0
+	# ratio_one <c|rust> <iodepth> <round> <mode>: one measurement, the
+	# module loaded and unloaded around it; sets RATIO_IOPS (empty if none)
+	# and returns non-zero if the driver failed. Failures of a mode other
+	# than copy say which ("mode: reason"), and so does the sample's key.
+	local drv=$1 qd=$2 r=$3 mode=$4 mod=ublk_drv id out rc iops ok=0
+	local key="qd$qd/$drv" opts=()
 	[ "$drv" = rust ] && mod=rust_ublk
+	case "$mode" in
+	copy) ;;
+	user_copy) opts=(-u) ;;
+	zero_copy) opts=(-z) ;;
+	auto_zc) opts=(--auto_zc) ;;
+	*)
+		ratio_fail "$drv" "$qd" "$r" "$mode: unknown data mode"
+		return 1
+		;;
+	esac
+	[ "$mode" != copy ] && key="$mode/$key"
 	RATIO_IOPS=
 	if ! load_driver "$drv" >&2; then
-		ratio_fail "$drv" "$qd" "$r" "loading $mod failed"
+		ratio_fail "$drv" "$qd" "$r" "$mode: loading $mod failed"
 		return 1
 	fi
-	out=$(timeout -k 5 60 "$KUBLK" add -t null -q 1 -d 128 2>&1)
+	out=$(timeout -k 5 60 "$KUBLK" add -t null -q 1 -d 128 "${opts[@]}" 2>&1)
 	rc=$?
 	id=$(echo "$out" | sed -n 's/.*dev id \([0-9]*\).*/\1/p' | head -n 1)
 	if [ "$rc" -eq 124 ]; then
-		ratio_fail "$drv" "$qd" "$r" "kublk add -t null did not finish in 60s"
+		ratio_fail "$drv" "$qd" "$r" "$mode: kublk add -t null ${opts[*]} did not finish in 60s"
 		ok=1
 	elif [ "$rc" -ne 0 ] || [ -z "$id" ]; then
-		ratio_fail "$drv" "$qd" "$r" "kublk add -t null failed (exit $rc): $(echo "$out" | tail -n 2 | tr '\n' ' ' | cut -c1-160)"
+		ratio_fail "$drv" "$qd" "$r" "$mode: kublk add -t null ${opts[*]} failed (exit $rc): $(echo "$out" | tail -n 2 | tr '\n' ' ' | cut -c1-160)"
 		ok=1
 	else
 		pin_server "$id"
@@ -213,10 +226,10 @@ ratio_one() {
 		rc=$?
 		iops=$(echo "$out" | awk -F';' 'NF > 8 { print $8; exit }')
 		if [ "$rc" -ne 0 ] || ! [[ "$iops" =~ ^[0-9]+(\.[0-9]*)?$ ]] || [ "${iops%.*}" -eq 0 ]; then
-			ratio_fail "$drv" "$qd" "$r" "fio 4k randread iodepth $qd on /dev/ublkb$id failed (exit $rc, IOPS '${iops}'): $(echo "$out" | grep -m1 -i err | cut -c1-120)"
+			ratio_fail "$drv" "$qd" "$r" "$mode: fio 4k randread iodepth $qd on /dev/ublkb$id failed (exit $rc, IOPS '${iops}'): $(echo "$out" | grep -m1 -i err | cut -c1-120)"
 			ok=1
 		else
-			rec ratio "qd$qd/$drv" "$r" "$iops"
+			rec ratio "$key" "$r" "$iops"
 			RATIO_IOPS=$iops
 		fi
 	fi
@@ -224,18 +237,19 @@ ratio_one() {
 	timeout -k 5 60 "$KUBLK" del -a >/dev/null 2>&1
 	udevadm settle --timeout=30 >/dev/null 2>&1
 	if ! rmmod "$mod"; then
-		ratio_fail "$drv" "$qd" "$r" "rmmod $mod failed"
+		ratio_fail "$drv" "$qd" "$r" "$mode: rmmod $mod failed"
 		return 1
 	fi
 	return "$ok"
 }
 
 bench_ratio() {
-	# For each iodepth, ROUNDS rounds of C then Rust; a driver that failed
-	# once is left out of every later run.
-	local qd r drv failed="" k=0 total res
+	# For each data mode and iodepth, ROUNDS rounds of C then Rust; a
+	# driver that failed once is left out of every later run.
+	local mode qd r drv failed="" k=0 total res
 	local -A got
-	total=$(( $(echo "$IODEPTHS" | wc -w) * ROUNDS ))
+	total=$(( $(echo "${MODES:-copy}" | wc -w) * $(echo "$IODEPTHS" | wc -w) * ROUNDS ))
+	for mode in ${MODES:-copy}; do
 	for qd in $IODEPTHS; do
 		for r in $(seq "$ROUNDS"); do
 			for drv in c rust; do
@@ -245,7 +259,7 @@ bench_ratio() {
 					continue
 					;;
 				esac
-				if ratio_one "$drv" "$qd" "$r"; then
+				if ratio_one "$drv" "$qd" "$r" "$mode"; then
 					got[$drv]="$RATIO_IOPS IOPS"
 				else
 					got[$drv]=failed
@@ -254,15 +268,16 @@ bench_ratio() {
 			done
 			k=$((k + 1))
 			res="C ${got[c]}, Rust ${got[rust]}"
-			log "[$k/$total] iodepth $qd, round $r/$ROUNDS: $res"
+			log "[$k/$total] $mode mode, iodepth $qd, round $r/$ROUNDS: $res"
 		done
+	done
 	done
 }
 
 # shellcheck source=/dev/null
 . "$JOB/bench_matrix.sh"
 
-log "sections: $SECTIONS; rounds=$ROUNDS runtime=${RUNTIME}s iodepths '$IODEPTHS' ndev=$NDEV flag option '$FLAG_OPT'"
+log "sections: $SECTIONS; rounds=$ROUNDS runtime=${RUNTIME}s modes '${MODES:-copy}' iodepths '$IODEPTHS' ndev=$NDEV flag option '$FLAG_OPT'"
 for section in $SECTIONS; do
 	"bench_$section"
 done

@@ -10,6 +10,7 @@ mod matrix;
 mod matrix_progress;
 mod matrix_report;
 mod matrix_run;
+mod mode;
 mod outdir;
 mod plan;
 mod plot;
@@ -29,6 +30,7 @@ use crate::progress::{detail, fmt_duration, phase};
 use crate::userland::{self, Userland};
 
 pub use matrix::BlkDriver;
+pub use mode::DataMode;
 
 /// Seconds per fio run unless --runtime says otherwise (not --matrix).
 pub const DEFAULT_RUNTIME: u32 = 10;
@@ -71,6 +73,16 @@ pub struct BenchOpts {
         requires = "fio_mode"
     )]
     pub iodepth: Vec<u32>,
+    /// With --rust-vs-c: the data modes to measure, comma separated (kublk
+    /// null target: no option, -u, -z, --auto_zc).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "copy",
+        requires = "rust_vs_c"
+    )]
+    pub modes: Vec<DataMode>,
     /// With --matrix: the drivers, comma separated.
     #[arg(
         long,

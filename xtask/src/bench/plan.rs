@@ -5,6 +5,7 @@
 use anyhow::{bail, Result};
 use std::time::Duration;
 
+use super::mode::DataMode;
 use crate::guest::Accel;
 
 /// The largest iodepth accepted (fio's own limit is far above; this only
@@ -13,6 +14,9 @@ const MAX_IODEPTH: u32 = 4096;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
+    /// The data modes, each measured at every iodepth (copy mode alone
+    /// unless [`Plan::with_modes`] says otherwise).
+    pub modes: Vec<DataMode>,
     pub iodepths: Vec<u32>,
     pub rounds: u32,
     /// Seconds per fio run.
@@ -61,15 +65,30 @@ impl Plan {
             bail!("--runtime: at least 1 second");
         }
         Ok(Plan {
+            modes: vec![DataMode::Copy],
             iodepths: iodepths.to_vec(),
             rounds,
             runtime,
         })
     }
 
+    /// The same plan for the data modes `modes`.
+    pub fn with_modes(mut self, modes: &[DataMode]) -> Result<Plan> {
+        if modes.is_empty() {
+            bail!("--modes: give at least one data mode");
+        }
+        for (i, m) in modes.iter().enumerate() {
+            if modes[..i].contains(m) {
+                bail!("--modes: {} is listed twice", m.id());
+            }
+        }
+        self.modes = modes.to_vec();
+        Ok(self)
+    }
+
     /// Rounds of the whole run (each one C run and one Rust run).
     pub fn total_rounds(&self) -> u32 {
-        self.iodepths.len() as u32 * self.rounds
+        (self.modes.len() * self.iodepths.len()) as u32 * self.rounds
     }
 
     /// Expected length of the benchmark boot.
@@ -88,8 +107,10 @@ impl Plan {
     /// The job.env variables for bench.sh.
     pub fn guest_vars(&self) -> Vec<(String, String)> {
         let qds: Vec<String> = self.iodepths.iter().map(u32::to_string).collect();
+        let modes: Vec<&str> = self.modes.iter().map(|m| m.id()).collect();
         [
             ("SECTIONS", "ratio".to_string()),
+            ("MODES", modes.join(" ")),
             ("ROUNDS", self.rounds.to_string()),
             ("RUNTIME", self.runtime.to_string()),
             ("IODEPTHS", qds.join(" ")),
@@ -146,6 +167,15 @@ mod tests {
         assert!(vars.contains(&("IODEPTHS".into(), "1 16 128".into())));
         assert!(vars.contains(&("ROUNDS".into(), "5".into())));
         assert!(vars.contains(&("SECTIONS".into(), "ratio".into())));
+        assert!(vars.contains(&("MODES".into(), "copy".into())));
+        let p = p.with_modes(&[DataMode::Copy, DataMode::UserCopy]).unwrap();
+        assert_eq!(p.total_rounds(), 30);
+        assert!(p
+            .guest_vars()
+            .contains(&("MODES".into(), "copy user_copy".into())));
+        let p = Plan::new(&[16], 5, 10).unwrap();
+        assert!(p.clone().with_modes(&[]).is_err());
+        assert!(p.with_modes(&[DataMode::AutoZc, DataMode::AutoZc]).is_err());
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 use anyhow::{bail, Result};
 
+use super::mode::DataMode;
 use super::plan::{self, Plan};
 use super::samples::{first, kiops, Samples};
 use super::stats::{median, spread};
@@ -20,9 +21,12 @@ pub fn run(env: &Env, opts: &BenchOpts) -> Result<()> {
         opts.rounds.unwrap_or(DEFAULT_ROUNDS),
         opts.runtime.unwrap_or(super::DEFAULT_RUNTIME),
     )?;
+    let plan = plan.with_modes(&opts.modes)?;
     let qds: Vec<String> = plan.iodepths.iter().map(u32::to_string).collect();
+    let modes: Vec<&str> = plan.modes.iter().map(|m| m.id()).collect();
     phase(format!(
-        "benchmark boot (Rust vs C; iodepth {}; {} rounds each, {}s per fio run): about {} in all (estimate)",
+        "benchmark boot (Rust vs C; {} mode; iodepth {}; {} rounds each, {}s per fio run): about {} in all (estimate)",
+        modes.join(", "),
         qds.join(", "),
         plan.rounds,
         plan.runtime,
@@ -47,12 +51,17 @@ pub fn run(env: &Env, opts: &BenchOpts) -> Result<()> {
         &std::fs::read_to_string(job.dir.join("bench-failures.txt")).unwrap_or_default(),
     );
     println!(
-        "Measured with `cargo xtask bench --rust-vs-c` in one boot: QEMU {}, 2 vCPUs; kublk null target, 1 queue, depth 128; fio 4k randread, io_uring, direct, {}s per run; C and Rust driver alternating, each loaded only for its run.",
-        env.accel, plan.runtime
+        "Measured with `cargo xtask bench --rust-vs-c` in one boot: QEMU {}, 2 vCPUs; kublk null target, 1 queue, depth 128, data mode {}; fio 4k randread, io_uring, direct, {}s per run; C and Rust driver alternating, each loaded only for its run.",
+        env.accel, modes.join(", "), plan.runtime
     );
-    for &qd in &plan.iodepths {
-        println!();
-        print!("{}", iodepth_table(&samples, &failures, qd, plan.rounds));
+    for &mode in &plan.modes {
+        for &qd in &plan.iodepths {
+            println!();
+            print!(
+                "{}",
+                iodepth_table(&samples, &failures, mode, qd, plan.rounds)
+            );
+        }
     }
     println!();
     print!("{}", summary(&samples, &plan));
@@ -89,6 +98,15 @@ pub struct Failure {
     pub reason: String,
 }
 
+/// The data mode of a failure: bench.sh starts the reason with `mode: `
+/// (copy mode when it does not, as before modes were measured).
+fn failure_mode(f: &Failure) -> DataMode {
+    [DataMode::UserCopy, DataMode::ZeroCopy, DataMode::AutoZc]
+        .into_iter()
+        .find(|m| f.reason.starts_with(&format!("{}: ", m.id())))
+        .unwrap_or(DataMode::Copy)
+}
+
 /// Parses bench-failures.txt: `driver|iodepth|round|reason` lines.
 pub fn parse_failures(text: &str) -> Vec<Failure> {
     super::samples::failure_lines(text)
@@ -111,8 +129,8 @@ struct Depth {
     ratios: Vec<f64>,
 }
 
-fn depth(s: &Samples, qd: u32, rounds: u32) -> Depth {
-    let iops = |drv: &str, r: u32| first(s, "ratio", &format!("qd{qd}/{drv}"), r);
+fn depth(s: &Samples, mode: DataMode, qd: u32, rounds: u32) -> Depth {
+    let iops = |drv: &str, r: u32| first(s, "ratio", &mode.sample_key(qd, drv), r);
     let mut d = Depth {
         c: Vec::new(),
         rust: Vec::new(),
@@ -147,20 +165,32 @@ fn spread_or_dash(v: &[f64]) -> String {
     spread(v).map_or("-".to_string(), |(lo, hi)| format!("{}-{}", x(lo), x(hi)))
 }
 
-/// One iodepth: IOPS per round, the medians, the median of the per-round
-/// Rust/C ratios and their spread (smallest to largest).
-pub fn iodepth_table(s: &Samples, failures: &[Failure], qd: u32, rounds: u32) -> String {
-    let iops = |drv: &str, r: u32| first(s, "ratio", &format!("qd{qd}/{drv}"), r);
+/// One data mode at one iodepth: IOPS per round, the medians, the median
+/// of the per-round Rust/C ratios and their spread (smallest to largest).
+pub fn iodepth_table(
+    s: &Samples,
+    failures: &[Failure],
+    mode: DataMode,
+    qd: u32,
+    rounds: u32,
+) -> String {
+    let iops = |drv: &str, r: u32| first(s, "ratio", &mode.sample_key(qd, drv), r);
     let cell = |drv: &str, r: u32| match iops(drv, r) {
         Some(v) => kiops(v),
         None => match failures.iter().find(|f| f.driver == drv) {
-            Some(f) if f.iodepth == qd && f.round == r => "failed".to_string(),
+            Some(f) if f.iodepth == qd && f.round == r && failure_mode(f) == mode => {
+                "failed".to_string()
+            }
             Some(_) => "not run (failed earlier)".to_string(),
             None => "no result".to_string(),
         },
     };
+    let what = match mode {
+        DataMode::Copy => String::new(),
+        m => format!(", {}", m.id()),
+    };
     let mut out = format!(
-        "| fio 4k randread, iodepth {qd}, null target | C (ublk_drv) | Rust (rust_ublk) | Rust/C |\n|---|---|---|---|\n"
+        "| fio 4k randread, iodepth {qd}, null target{what} | C (ublk_drv) | Rust (rust_ublk) | Rust/C |\n|---|---|---|---|\n"
     );
     for r in 1..=rounds {
         let ratio = match (iops("c", r), iops("rust", r)) {
@@ -173,7 +203,7 @@ pub fn iodepth_table(s: &Samples, failures: &[Failure], qd: u32, rounds: u32) ->
             cell("rust", r)
         );
     }
-    let d = depth(s, qd, rounds);
+    let d = depth(s, mode, qd, rounds);
     out += &format!(
         "| median ({} C, {} Rust, {} ratios) | {} | {} | {} |\n",
         d.c.len(),
@@ -190,23 +220,26 @@ pub fn iodepth_table(s: &Samples, failures: &[Failure], qd: u32, rounds: u32) ->
     out
 }
 
-/// One line per iodepth: median IOPS of each driver, the median ratio and
-/// its spread.
+/// One line per data mode and iodepth: median IOPS of each driver, the
+/// median ratio and its spread.
 pub fn summary(s: &Samples, plan: &Plan) -> String {
     let mut out = String::from(
-        "| iodepth | C median | Rust median | Rust/C median | Rust/C spread | rounds with both |\n|---|---|---|---|---|---|\n",
+        "| data mode | iodepth | C median | Rust median | Rust/C median | Rust/C spread | rounds with both |\n|---|---|---|---|---|---|---|\n",
     );
-    for &qd in &plan.iodepths {
-        let d = depth(s, qd, plan.rounds);
-        out += &format!(
-            "| {qd} | {} | {} | {} | {} | {} of {} |\n",
-            median_or_dash(&d.c, kiops),
-            median_or_dash(&d.rust, kiops),
-            median_or_dash(&d.ratios, x),
-            spread_or_dash(&d.ratios),
-            d.ratios.len(),
-            plan.rounds
-        );
+    for &mode in &plan.modes {
+        for &qd in &plan.iodepths {
+            let d = depth(s, mode, qd, plan.rounds);
+            out += &format!(
+                "| {} | {qd} | {} | {} | {} | {} | {} of {} |\n",
+                mode.id(),
+                median_or_dash(&d.c, kiops),
+                median_or_dash(&d.rust, kiops),
+                median_or_dash(&d.ratios, x),
+                spread_or_dash(&d.ratios),
+                d.ratios.len(),
+                plan.rounds
+            );
+        }
     }
     out
 }
@@ -225,7 +258,7 @@ mod tests {
 
     #[test]
     fn per_iodepth() {
-        let t = iodepth_table(&parse_csv(CSV), &[], 16, 3);
+        let t = iodepth_table(&parse_csv(CSV), &[], DataMode::Copy, 16, 3);
         assert!(
             t.contains("| fio 4k randread, iodepth 16, null target |"),
             "{t}"
@@ -239,7 +272,7 @@ mod tests {
             t.contains("| spread of the per-round ratios | | | 0.75x-0.80x |"),
             "{t}"
         );
-        let t = iodepth_table(&parse_csv(CSV), &[], 1, 3);
+        let t = iodepth_table(&parse_csv(CSV), &[], DataMode::Copy, 1, 3);
         assert!(
             t.contains("| median (3 C, 3 Rust, 3 ratios) | 10.0K | 10.0K | 1.00x |"),
             "{t}"
@@ -252,14 +285,14 @@ mod tests {
         let plan = Plan::new(&[1, 16, 128], 3, 10).unwrap();
         let t = summary(&parse_csv(CSV), &plan);
         assert!(
-            t.contains("| 1 | 10.0K | 10.0K | 1.00x | 0.90x-1.20x | 3 of 3 |"),
+            t.contains("| copy | 1 | 10.0K | 10.0K | 1.00x | 0.90x-1.20x | 3 of 3 |"),
             "{t}"
         );
         assert!(
-            t.contains("| 16 | 51.0K | 40.0K | 0.80x | 0.75x-0.80x | 3 of 3 |"),
+            t.contains("| copy | 16 | 51.0K | 40.0K | 0.80x | 0.75x-0.80x | 3 of 3 |"),
             "{t}"
         );
-        assert!(t.contains("| 128 | - | - | - | - | 0 of 3 |"), "{t}");
+        assert!(t.contains("| copy | 128 | - | - | - | - | 0 of 3 |"), "{t}");
     }
 
     #[test]
@@ -276,14 +309,14 @@ mod tests {
             }]
         );
         let s = parse_csv(csv);
-        let t = iodepth_table(&s, &failures, 1, 2);
+        let t = iodepth_table(&s, &failures, DataMode::Copy, 1, 2);
         assert!(t.contains("| round 1 | 50.0K | 40.0K | 0.80x |"), "{t}");
         assert!(t.contains("| round 2 | 52.0K | failed | - |"), "{t}");
         assert!(
             t.contains("| median (2 C, 1 Rust, 1 ratios) | 51.0K | 40.0K | 0.80x |"),
             "{t}"
         );
-        let t = iodepth_table(&s, &failures, 16, 1);
+        let t = iodepth_table(&s, &failures, DataMode::Copy, 16, 1);
         assert!(
             t.contains("| round 1 | 51.0K | not run (failed earlier) | - |"),
             "{t}"
@@ -293,5 +326,34 @@ mod tests {
             "{t}"
         );
         assert!(parse_failures("rust|x|1|why\nrust|1|why\n").is_empty());
+    }
+
+    #[test]
+    fn per_data_mode() {
+        let csv = "ratio,zero_copy/qd16/c,1,30000\nratio,zero_copy/qd16/rust,1,27000\nratio,qd16/c,1,50000\n";
+        let failures = parse_failures("rust|16|1|zero_copy: fio failed\n");
+        let s = parse_csv(csv);
+        let t = iodepth_table(&s, &failures, DataMode::ZeroCopy, 16, 1);
+        assert!(
+            t.contains("| fio 4k randread, iodepth 16, null target, zero_copy |"),
+            "{t}"
+        );
+        assert!(t.contains("| round 1 | 30.0K | 27.0K | 0.90x |"), "{t}");
+        // The failure was in zero-copy mode: copy mode's Rust run did not
+        // happen after it.
+        let t = iodepth_table(&s, &failures, DataMode::Copy, 16, 1);
+        assert!(
+            t.contains("| round 1 | 50.0K | not run (failed earlier) | - |"),
+            "{t}"
+        );
+        let plan = Plan::new(&[16], 1, 10)
+            .unwrap()
+            .with_modes(&[DataMode::Copy, DataMode::ZeroCopy])
+            .unwrap();
+        let t = summary(&s, &plan);
+        assert!(
+            t.contains("| zero_copy | 16 | 30.0K | 27.0K | 0.90x |"),
+            "{t}"
+        );
     }
 }
