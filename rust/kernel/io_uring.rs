@@ -122,8 +122,6 @@
 //!
 //! C header: [`include/linux/io_uring/cmd.h`](srctree/include/linux/io_uring/cmd.h)
 
-#[cfg(CONFIG_BLOCK)]
-use crate::block::mq;
 use crate::{
     bindings,
     error::{
@@ -136,7 +134,6 @@ use crate::{
         c_uint,
         c_void, //
     },
-    sync::aref::ARef,
     transmute::{
         AsBytes,
         FromBytes, //
@@ -146,6 +143,8 @@ use crate::{
         NotThreadSafe, //
     },
 };
+#[cfg(CONFIG_BLOCK)]
+use crate::{block::mq, sync::aref::ARef};
 use core::{
     marker::PhantomData,
     mem::ManuallyDrop,
@@ -335,8 +334,8 @@ impl<'a> IssueFlags<'a> {
 /// - `ptr` points to a valid `struct io_uring_cmd` that io_uring is issuing to the driver, in a
 ///   `uring_cmd` call that lasts for the whole lifetime `'a`, for a file whose file operations
 ///   are described by `F`.
-/// - The command payload of the command's SQE (`ptr->sqe`) is valid for reads of [`CMD128_SIZE`]
-///   bytes if `sqe128` is true, and of [`CMD_SIZE`] bytes otherwise.
+/// - The command's SQE (`ptr->sqe`) is valid for reads, with a command payload of
+///   [`CMD128_SIZE`] bytes if `sqe128` is true, and of [`CMD_SIZE`] bytes otherwise.
 /// - The pdu of the command is initialized, and no one else accesses it during `'a`.
 /// - `*queued` is set to `true` when the command is queued, which consumes the object.
 pub struct IoUringCmd<'a, F: CmdFile> {
@@ -615,8 +614,8 @@ impl<'a, F: CmdFile> IoUringCmd<'a, F> {
         unsafe { register_request::<T, R>(self.as_raw(), rq, index, issue_flags) }
     }
 
-    /// Unregisters the fixed buffer `index` of the command's ring (`io_buffer_unregister()`),
-    /// which must be one that a driver registered ([`IoUringCmd::register_request_buffer`]).
+    /// Unregisters the fixed buffer `index` of the command's ring (`io_buffer_unregister()`), one
+    /// that a driver registered ([`IoUringCmd::register_request_buffer`]).
     ///
     /// The buffer is released once the ring's operations that use it complete. Fails with
     /// `EINVAL` if the ring has no buffer at `index`, and with `EBUSY` if its buffer there was
@@ -634,19 +633,25 @@ impl<'a, F: CmdFile> IoUringCmd<'a, F> {
 /// whether another command came through the same ring.
 ///
 /// It is only compared: a ring that is torn down may give its identity to a new one.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct RingId(usize);
 
 /// What a driver does once io_uring no longer uses a block request that the driver registered as
 /// a fixed buffer ([`IoUringCmd::register_request_buffer`]).
 #[cfg(CONFIG_BLOCK)]
 pub trait RequestBufferRelease<T: mq::Operations> {
-    /// Called once for each registration: when the buffer was unregistered and the last
+    /// Called once for each registration: when the buffer was unregistered (by a driver's
+    /// command, by user space, or by an update of the ring's buffer table) and the last
     /// operation that used it completed, or when the ring was torn down.
     ///
-    /// `rq` is the reference that the registration took. This runs in process context with the
-    /// ring lock held, on the task that unregistered the buffer or on a kernel worker that tears
-    /// the ring down, so it must not unregister buffers or complete commands of that ring itself.
+    /// `rq` is the reference that the registration took. This runs in process context, never in
+    /// interrupt or atomic context, with the lock of the ring that last held the buffer: on the
+    /// task, the `SQPOLL` thread or the io_uring worker that completed the last operation on the
+    /// buffer or unregistered it, or on a kernel worker that tears the ring down. It may run
+    /// inside [`IoUringCmd::unregister_buffer`], so callers of that must not hold locks that
+    /// this takes; and it must not unregister buffers or complete commands of the ring itself.
+    /// It is code of the driver's module, which must stay loaded until every registration is
+    /// released.
     fn release(rq: ARef<mq::Request<T>>);
 }
 

@@ -52,9 +52,8 @@ impl Entry {
 
 impl Drop for Entry {
     fn drop(&mut self) {
-        // A device that goes away with the module must not leave its partition scan or the end
-        // of its server's release queued.
-        UblkDevice::flush_release(&self.dev);
+        // A device that goes away with the module must not leave its partition scan queued.
+        // The end of its server's release is not queued: it keeps the module loaded.
         UblkDevice::cancel_scan(&self.dev);
     }
 }

@@ -19,7 +19,11 @@ use kernel::{
         Arc, CondVar, Mutex, SpinLock,
     },
     task::Pid,
-    workqueue::{self, impl_has_work, new_work, Work, WorkItem},
+    workqueue::{
+        self, impl_has_delayed_work, impl_has_work, new_delayed_work, new_work, DelayedWork, Work,
+        WorkItem,
+    },
+    ModuleMetadata, ModuleRef,
 };
 
 /// Where a device is in its life.
@@ -72,6 +76,9 @@ pub(crate) struct DeviceState {
     pub(crate) life: Lifecycle,
     /// Who serves the device.
     pub(crate) server: Server,
+    /// Keeps the module loaded while the release of `/dev/ublkcN` waits for io_uring to release
+    /// the buffers of the server ([`UblkDevice::release`]).
+    pub(crate) release_pin: Option<ModuleRef>,
 }
 
 impl DeviceState {
@@ -134,7 +141,7 @@ pub(crate) struct UblkDevice {
     /// Finishes the release of `/dev/ublkcN` when registered buffers still hold requests of the
     /// server that closed it ([`UblkDevice::release`]).
     #[pin]
-    release_work: Work<UblkDevice, RELEASE_WORK>,
+    release_work: DelayedWork<UblkDevice, RELEASE_WORK>,
     /// The tag set of the device's disk.
     pub(crate) tag_set: Arc<TagSet<DiskOps>>,
     /// The queues, with their io slots.
@@ -160,12 +167,13 @@ impl UblkDevice {
                     params: Params::new(),
                     life: Lifecycle::Added,
                     server: Server::Detached,
+                    release_pin: None,
                 }),
                 server_mm <- new_spinlock!(None),
                 live: Atomic::new(false),
                 ready <- new_condvar!(),
                 scan_work <- new_work!("UblkDevice::scan_work"),
-                release_work <- new_work!("UblkDevice::release_work"),
+                release_work <- new_delayed_work!("UblkDevice::release_work"),
                 tag_set,
                 queues,
             }),
@@ -308,13 +316,17 @@ impl UblkDevice {
     /// a new server may open it.
     ///
     /// A request whose data is still registered as a buffer of one of the server's rings ends
-    /// only once io_uring releases the buffer, possibly when the task that closed the file, which
-    /// is in this function, tears the ring down. Stopping the device waits for the requests, so
-    /// the release is then finished by a work item, as the C driver does. The server stays
-    /// attached until it is: a new server cannot open `/dev/ublkcN` before, and
-    /// `UBLK_U_CMD_DEL_DEV` waits for it.
+    /// only once io_uring releases the buffer: possibly when the task that closed the file, which
+    /// is in this function, tears the ring down, or never, if the ring outlives the server.
+    /// Stopping the device waits for the requests, so, as the C driver does, a work item then
+    /// looks again every jiffy until the slots got back every request they lent, and finishes
+    /// the release only then, without waiting. Meanwhile it keeps the module loaded, since
+    /// io_uring calls back into it, the server stays attached (a new server cannot open
+    /// `/dev/ublkcN` yet), and `UBLK_U_CMD_DEL_DEV` waits.
     pub(crate) fn release(this: Arc<Self>) {
         if io::abort_all(&this) {
+            this.state.lock().release_pin =
+                Some(<crate::RustUblk as ModuleMetadata>::THIS_MODULE.get());
             // A device has one opener, so the work item is not queued already.
             let _ = workqueue::system().enqueue::<Arc<Self>, RELEASE_WORK>(this);
         } else {
@@ -332,14 +344,6 @@ impl UblkDevice {
         drop(mm);
         this.state.lock().server = Server::Detached;
         this.ready.notify_all();
-    }
-
-    /// Cancels a release that a work item was to finish, and finishes it here instead: the
-    /// device goes away with the module.
-    pub(crate) fn flush_release(this: &Arc<Self>) {
-        if Work::<Self, RELEASE_WORK>::cancel_sync(this) {
-            Self::finish_release(this);
-        }
     }
 
     /// Returns whether a server has `/dev/ublkcN` open.
@@ -366,7 +370,10 @@ impl UblkDevice {
 
 impl_has_work! {
     impl HasWork<Self, SCAN_WORK> for UblkDevice { self.scan_work }
-    impl HasWork<Self, RELEASE_WORK> for UblkDevice { self.release_work }
+}
+
+impl_has_delayed_work! {
+    impl HasDelayedWork<Self, RELEASE_WORK> for UblkDevice { self.release_work }
 }
 
 /// The identity of [`UblkDevice::scan_work`] among the work items of a device.
@@ -378,7 +385,16 @@ impl WorkItem<RELEASE_WORK> for UblkDevice {
     type Pointer = Arc<UblkDevice>;
 
     fn run(this: Arc<UblkDevice>) {
+        if io::any_lent(&this) {
+            // io_uring still holds requests of the device: look again in a jiffy.
+            let _ = workqueue::system().enqueue_delayed::<Arc<Self>, RELEASE_WORK>(this, 1);
+            return;
+        }
         Self::finish_release(&this);
+        let pin = this.state.lock().release_pin.take();
+        drop(this);
+        // Last: the module may go away once this is dropped.
+        drop(pin);
     }
 }
 

@@ -752,6 +752,17 @@ pub(crate) fn slot_of<'a>(
     Ok((queue, slot))
 }
 
+/// Returns the buffer address that the io descriptors of a slot's requests give the server, as
+/// the C driver does: the one that the fetch or commit command named, or, with
+/// `UBLK_F_AUTO_BUF_REG`, where their buffer is registered, in the encoding of the SQE's `addr`.
+fn buf_addr(queue: &Queue, io_cmd: &IoCmd, auto_reg: AutoBufReg) -> u64 {
+    if queue.auto_buf_reg {
+        auto_reg.to_sqe_addr()
+    } else {
+        io_cmd.addr
+    }
+}
+
 /// Checks the buffer address of a fetch command, or of the commit of a request of operation
 /// `op`, as the C driver does: none with user copy; in copy mode, the buffer of the request's
 /// data, which may be left out where `UBLK_F_NEED_GET_DATA` asks for it later (not for a read,
@@ -813,7 +824,7 @@ pub(crate) fn fetch<'a>(
     let (cmd, queued) = cmd.queue_cancelable(issue_flags);
     let old_task = {
         let mut io = slot.lock();
-        io.addr = io_cmd.addr;
+        io.addr = buf_addr(queue, io_cmd, auto_reg);
         io.auto_reg = auto_reg;
         io.state = IoState::Fetched(cmd);
         io.task.replace(task)
@@ -851,12 +862,13 @@ pub(crate) fn commit_and_fetch<'a>(
         };
         check_buf(queue, io_cmd.addr, Some(served.op()))?;
         let auto_reg = zerocopy::auto_buf_reg(queue, &cmd)?;
+        let served = io.take_serving().ok_or(EBUSY)?;
         let registered = io
             .auto_registered
             .take()
             .map(|ring| (ring, io.auto_reg.index));
         io.auto_reg = auto_reg;
-        (io.take_serving().ok_or(EBUSY)?, registered)
+        (served, registered)
     };
     let len = served.len;
 
@@ -908,7 +920,8 @@ pub(crate) fn commit_and_fetch<'a>(
     let (fetch, queued) = cmd.queue_cancelable(issue_flags);
     let (aborted, served) = {
         let mut io = slot.lock();
-        let aborted = io.refetch(queue, fetch, io_cmd.addr);
+        let addr = buf_addr(queue, io_cmd, io.auto_reg);
+        let aborted = io.refetch(queue, fetch, addr);
         (aborted, io.settle(served, error, bytes))
     };
     if let Some(served) = served {
@@ -1011,7 +1024,6 @@ pub(crate) fn cancel(dev: &UblkDevice, cmd: IoUringCmdCancel<'_>, issue_flags: I
 /// is dispatched or delivering any more. Returns whether a request is still lent to a buffer
 /// registered with io_uring: it ends once io_uring releases the buffer.
 pub(crate) fn abort_all(dev: &UblkDevice) -> bool {
-    let mut lent = false;
     for queue in dev.queues.iter() {
         queue.fail_requests();
         for slot in queue.slots() {
@@ -1026,10 +1038,16 @@ pub(crate) fn abort_all(dev: &UblkDevice) -> bool {
             if let Some(served) = served {
                 served.end(queue);
             }
-            lent |= slot.lock().lent > 0;
         }
     }
-    lent
+    any_lent(dev)
+}
+
+/// Returns whether a request of the device is lent: a user copy or a registered buffer holds it.
+pub(crate) fn any_lent(dev: &UblkDevice) -> bool {
+    dev.queues
+        .iter()
+        .any(|queue| queue.slots().any(|slot| slot.lock().lent > 0))
 }
 
 /// The server is gone: a new server may fetch the io slots again.

@@ -292,6 +292,17 @@ impl AutoBufReg {
             fallback: flags & u::UBLK_AUTO_BUF_REG_FALLBACK != 0,
         })
     }
+
+    /// Encodes the value as the `addr` field of an SQE, as `ublk_auto_buf_reg_to_sqe_addr()`
+    /// does.
+    pub(crate) fn to_sqe_addr(self) -> u64 {
+        let flags = if self.fallback {
+            u64::from(u::UBLK_AUTO_BUF_REG_FALLBACK)
+        } else {
+            0
+        };
+        u64::from(self.index) | (flags << 16)
+    }
 }
 
 /// `struct ublksrv_io_desc`, what the server reads about a request.

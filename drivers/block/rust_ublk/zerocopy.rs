@@ -103,6 +103,7 @@ pub(crate) struct BufRelease;
 impl RequestBufferRelease<DiskOps> for BufRelease {
     fn release(rq: ARef<Rq>) {
         let queues: Arc<Queues> = rq.queue_data().into();
+        // CAST: Queue indexes and tags are below 4096.
         let (q_id, tag) = (rq.queue_index() as usize, rq.tag() as usize);
         // The request may end below, once this is its only other reference.
         drop(rq);
