@@ -24,6 +24,12 @@
 #  - a READ still with the server when it is killed is failed by the
 #    driver with -EIO, with the flag on the submitting CPU too.
 #
+# In zero copy mode, also READs and WRITEs whose buffer the null target
+# registers and unregisters only after it committed the request
+# (--unreg_after_commit): the driver ends such a request when the last
+# reference to its buffer goes, in the unregister, not in the commit, and
+# has to route that completion as any other.
+#
 # Where a request is ended is read from the block:block_rq_complete
 # tracepoint. It fires in blk_update_request(), which ends the bios of the
 # request, on the CPU that does it: in the ublk server task when ublk ends
@@ -255,6 +261,8 @@ _check_events() {
 #  error  READ and WRITE failed by the server (--err_code 5), rq_affinity=2
 #  short  a READ completed one sector short (--short_read 1), rq_affinity=2
 #  rqa0   READ and WRITE at rq_affinity=0
+#  unreg  READ and WRITE on a null target that unregisters each buffer
+#         after the commit (zero copy only), rq_affinity=2
 # the rest: kublk options of the mode.
 _test_dev() {
 	local mode=$1
@@ -280,6 +288,8 @@ _test_dev() {
 	error)	args+=(--err_code 5); ops="read_error write_error" ;;
 	short)	args+=(--short_read 1); ops="short_read" ;;
 	rqa0)	rqa=0; ops="read write" ;;
+	unreg)	args=(-t null -q 1 -d 16 --unreg_after_commit 1 "$@")
+		ops="read write" ;;
 	esac
 	if [ "$flag" = "yes" ]; then
 		args+=(--rq_affinity)
@@ -475,6 +485,9 @@ for mode in copy get_data user_copy zero_copy auto_zc batch; do
 		if [ "$mode" = "copy" ]; then
 			_test_dev "$mode" "$flag" short
 			_test_dev "$mode" "$flag" rqa0
+		fi
+		if [ "$mode" = "zero_copy" ]; then
+			_test_dev "$mode" "$flag" unreg "${opts[@]}"
 		fi
 	done
 done

@@ -12,6 +12,7 @@ use crate::{
     device::UblkDevice,
     features::*,
     params::{self, Params},
+    shmem,
     uapi::{self, CtrlCmd, DevInfo},
 };
 use kernel::{
@@ -121,7 +122,7 @@ impl MiscDevice for ControlFile {
         cmd: IoUringCmd<'a, MiscCmdFile<Self>>,
         issue_flags: IssueFlags<'a>,
     ) -> Result<Issued<'a>> {
-        handle(&ctl, &cmd, issue_flags).map(|()| Issued::Done(0))
+        handle(&ctl, &cmd, issue_flags).map(Issued::Done)
     }
 }
 
@@ -137,16 +138,17 @@ fn may_sleep(op: u32) -> bool {
 }
 
 /// Returns a user space buffer of `len` bytes at `addr`.
-fn user_buf(addr: u64, len: usize) -> Result<UserSlice> {
+pub(crate) fn user_buf(addr: u64, len: usize) -> Result<UserSlice> {
     let addr = usize::try_from(addr).map_err(|_| EFAULT)?;
     Ok(UserSlice::new(UserPtr::from_addr(addr), len))
 }
 
+/// Carries out a control command; returns the result it completes with.
 fn handle(
     ctl: &Control,
     cmd: &IoUringCmd<'_, MiscCmdFile<ControlFile>>,
     issue_flags: IssueFlags<'_>,
-) -> Result {
+) -> Result<u32> {
     let op = cmd.cmd_op();
 
     if may_sleep(op) && issue_flags.is_nonblock() {
@@ -164,12 +166,12 @@ fn handle(
     }
 
     if op == uapi::U_CMD_GET_FEATURES {
-        return get_features(&header);
+        return get_features(&header).map(|()| 0);
     }
 
     let nr = uapi::ioc_nr(op);
     if nr == uapi::CMD_ADD_DEV {
-        return add_dev(ctl, &header);
+        return add_dev(ctl, &header).map(|()| 0);
     }
 
     let dev = ctl.device(header.dev_id).ok_or(ENODEV)?;
@@ -178,6 +180,9 @@ fn handle(
         return Err(EPERM);
     }
 
+    if nr == uapi::CMD_REG_BUF {
+        return shmem::reg_buf(&dev, &header);
+    }
     match nr {
         uapi::CMD_GET_DEV_INFO => get_dev_info(&dev, &header),
         uapi::CMD_GET_DEV_INFO2 => get_dev_info2(ctl, &dev, &header),
@@ -202,8 +207,10 @@ fn handle(
         uapi::CMD_GET_QUEUE_AFFINITY => get_queue_affinity(&dev, &header),
         uapi::CMD_SET_PARAMS => set_params(&dev, &header),
         uapi::CMD_GET_PARAMS => get_params(ctl, &dev, &header),
+        uapi::CMD_UNREG_BUF => shmem::unreg_buf(&dev, &header),
         _ => Err(EOPNOTSUPP),
     }
+    .map(|()| 0)
 }
 
 /// `UBLK_U_CMD_GET_FEATURES`: reports the features the driver implements.
@@ -471,7 +478,11 @@ fn set_params(dev: &UblkDevice, header: &CtrlCmd) -> Result {
         return Err(e);
     }
     let max_io_buf_bytes = state.info.max_io_buf_bytes;
-    state.params.set(&bytes[..len], max_io_buf_bytes)
+    state.params.set(
+        &bytes[..len],
+        max_io_buf_bytes,
+        dev.flags & F_INTEGRITY != 0,
+    )
 }
 
 /// `UBLK_U_CMD_GET_PARAMS`: reports the parameters, with the device numbers.

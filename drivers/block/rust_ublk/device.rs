@@ -3,9 +3,11 @@
 //! A ublk device: its configuration, its state, and starting and stopping its disk.
 
 use crate::{
+    features::F_NO_AUTO_PART_SCAN,
     io,
     params::{self, Params},
     queue::{self, DiskOps, QueueState, Queues},
+    shmem,
     uapi::{self, DevInfo},
 };
 use kernel::{
@@ -79,6 +81,8 @@ pub(crate) struct DeviceState {
     /// Keeps the module loaded while the release of `/dev/ublkcN` waits for io_uring to release
     /// the buffers of the server ([`UblkDevice::release`]).
     pub(crate) release_pin: Option<ModuleRef>,
+    /// The buffers that the server registered with `UBLK_U_CMD_REG_BUF`.
+    pub(crate) shmem: shmem::Buffers,
 }
 
 impl DeviceState {
@@ -168,6 +172,7 @@ impl UblkDevice {
                     life: Lifecycle::Added,
                     server: Server::Detached,
                     release_pin: None,
+                    shmem: shmem::Buffers::new(),
                 }),
                 server_mm <- new_spinlock!(None),
                 live: Atomic::new(false),
@@ -232,10 +237,15 @@ impl UblkDevice {
             })
             .and_then(|disk| Ok(Arc::new(disk, GFP_KERNEL)?))
             .inspect_err(|_| this.live.store(false, Relaxed))?;
+        if this.flags & F_NO_AUTO_PART_SCAN != 0 {
+            // User space reads the partition table when it wants to.
+            disk.allow_partition_scan();
+        } else {
+            // Already queued means a scan is pending, which reads the new disk.
+            let _ = workqueue::system_percpu().enqueue::<Arc<Self>, SCAN_WORK>(this.clone());
+        }
         state.life = Lifecycle::Live(disk);
         state.info.ublksrv_pid = pid;
-        // Already queued means a scan is pending, which reads the new disk.
-        let _ = workqueue::system_percpu().enqueue::<Arc<Self>, SCAN_WORK>(this.clone());
         Ok(())
     }
 

@@ -23,6 +23,8 @@ pub(crate) const F_BUF_REG_OFF_DAEMON: u64 = u::UBLK_F_BUF_REG_OFF_DAEMON as u64
 pub(crate) const F_INTEGRITY: u64 = u::UBLK_F_INTEGRITY as u64;
 pub(crate) const F_IO_DESC_SIZE: u64 = u::UBLK_F_IO_DESC_SIZE as u64;
 pub(crate) const F_SUPPORT_RQ_AFFINITY: u64 = u::UBLK_F_SUPPORT_RQ_AFFINITY as u64;
+pub(crate) const F_SHMEM_ZC: u64 = u::UBLK_F_SHMEM_ZC as u64;
+pub(crate) const F_NO_AUTO_PART_SCAN: u64 = u::UBLK_F_NO_AUTO_PART_SCAN as u64;
 
 /// The recovery flags, of which only some combinations make sense.
 pub(crate) const F_ALL_RECOVERY_FLAGS: u64 =
@@ -44,7 +46,14 @@ pub(crate) const F_ALL: u64 = F_SUPPORT_ZERO_COPY
     | F_AUTO_BUF_REG
     | F_PER_IO_DAEMON
     | F_BUF_REG_OFF_DAEMON
-    | F_SUPPORT_RQ_AFFINITY;
+    | F_SHMEM_ZC
+    | F_NO_AUTO_PART_SCAN
+    | F_SUPPORT_RQ_AFFINITY
+    | if cfg!(CONFIG_BLK_DEV_INTEGRITY) {
+        F_INTEGRITY
+    } else {
+        0
+    };
 
 /// The flags that every device has, whether user space asked for them or not.
 ///

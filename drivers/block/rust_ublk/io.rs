@@ -75,6 +75,7 @@ use crate::{
     device::{Server, UblkDevice},
     iodesc::DescWriter,
     queue::{DiskOps, Queue, QueueState, Rq, Slot},
+    shmem,
     uapi::{self, AutoBufReg, IoCmd, IoDesc},
     zerocopy::{self, BufRelease},
 };
@@ -108,6 +109,9 @@ pub(crate) struct Served {
     /// The bytes of the request that the server was told about: fewer than the request has if
     /// the data of a write could only be copied in part.
     len: u32,
+    /// Where the data lies in a buffer that the server registered, if it does, as the io
+    /// descriptor gives it (`UBLK_IO_F_SHMEM_ZC`): the driver then copies none of it.
+    shmem: Option<u64>,
 }
 
 impl Served {
@@ -116,7 +120,11 @@ impl Served {
         // INVARIANT: `rq` is the reference that blk-mq passed to `queue_rq` or that `queue_rqs`
         // took from its list. The driver only duplicates it to lend it, once the request is the
         // server's, through its io slot.
-        Self { rq, len }
+        Self {
+            rq,
+            len,
+            shmem: None,
+        }
     }
 
     /// Records the result of the request and ends it: inline, or through
@@ -333,8 +341,9 @@ fn pdu_queue(pdu: u32) -> usize {
     (pdu >> 16) as usize
 }
 
-/// Returns the io descriptor of `rq`, whose data goes to or comes from `addr`.
-fn describe(rq: &Rq, addr: u64) -> Option<IoDesc> {
+/// Returns the io descriptor of `rq`, whose data goes to or comes from `addr`, unless it lies in
+/// a registered buffer.
+fn describe(rq: &Served, addr: u64) -> Option<IoDesc> {
     let mut op_flags = match rq.op() {
         ReqOp::Read => uapi::IO_OP_READ,
         ReqOp::Write => uapi::IO_OP_WRITE,
@@ -349,11 +358,17 @@ fn describe(rq: &Rq, addr: u64) -> Option<IoDesc> {
     if rq.op() == ReqOp::WriteZeroes && rq.is_nounmap() {
         op_flags |= uapi::IO_F_NOUNMAP;
     }
+    if rq.has_integrity() {
+        op_flags |= uapi::IO_F_INTEGRITY;
+    }
+    if rq.shmem.is_some() {
+        op_flags |= uapi::IO_F_SHMEM_ZC;
+    }
     Some(IoDesc {
         op_flags,
         nr_sectors: rq.nr_sectors(),
         start_sector: rq.sector(),
-        addr,
+        addr: rq.shmem.unwrap_or(addr),
     })
 }
 
@@ -405,7 +420,11 @@ impl Batch<'_> {
 /// The request goes in `batch` if it can, or starts a new batch, and the one it replaces is
 /// submitted. The caller submits the last batch.
 pub(crate) fn dispatch<'a>(queue: &'a Arc<Queue>, rq: ARef<Rq>, batch: &mut Option<Batch<'a>>) {
-    let served = Served::new(rq);
+    let mut served = Served::new(rq);
+    served.shmem = queue
+        .shmem
+        .as_ref()
+        .and_then(|table| shmem::find(table, &served));
     let Some(slot) = queue.slot(served.tag() as usize) else {
         return served.finish(queue, EIO.to_errno(), 0);
     };
@@ -658,8 +677,12 @@ enum Copy {
     Invalid,
 }
 
-/// Copies the data of the write `rq` to the server's buffer at `addr`.
-fn copy_write(rq: &Rq, addr: u64) -> Copy {
+/// Copies the data of the write `rq` to the server's buffer at `addr`, unless it lies in a
+/// registered buffer already.
+fn copy_write(rq: &Served, addr: u64) -> Copy {
+    if rq.shmem.is_some() {
+        return Copy::Whole;
+    }
     let len = rq.nr_bytes();
     // A fault ends the copy, and what was copied before it counts.
     let copied = match UserSlice::new(UserPtr::from_addr(addr as usize), len as usize)
@@ -879,7 +902,7 @@ pub(crate) fn commit_and_fetch<'a>(
     } else if served.op() == ReqOp::Read && io_cmd.result == 0 {
         // Nothing read fails the read.
         (EIO.to_errno(), 0)
-    } else if !queue.copies_data() {
+    } else if !queue.copies_data() || served.shmem.is_some() {
         // As in the C driver, a read or a write whose data the server copied itself, or reached
         // through a registered buffer, ends whole.
         (0, served.nr_bytes())
@@ -966,7 +989,11 @@ pub(crate) fn need_get_data<'a>(
     if let Copy::Whole | Copy::Part(_) = copy {
         let mut io = slot.lock();
         io.addr = io_cmd.addr;
-        io.desc.set_addr(io_cmd.addr);
+        // Unlike the C driver, the descriptor of a write whose data lies in a registered buffer
+        // keeps naming that buffer: it says `UBLK_IO_F_SHMEM_ZC`.
+        if served.shmem.is_none() {
+            io.desc.set_addr(io_cmd.addr);
+        }
         if let Copy::Part(bytes) = copy {
             // As at dispatch, the server is told about the part that could be copied.
             served.len = bytes;

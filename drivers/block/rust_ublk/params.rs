@@ -9,7 +9,7 @@
 use crate::uapi::{Field, PARAMS_SIZE};
 use core::mem::{offset_of, size_of};
 use kernel::{
-    block::mq::gen_disk::GenDiskBuilder,
+    block::mq::gen_disk::{GenDiskBuilder, Integrity, IntegrityChecksum},
     page::{PAGE_SHIFT, PAGE_SIZE},
     prelude::*,
     uapi as u,
@@ -48,6 +48,7 @@ const OFF_DISCARD: usize = offset_of!(P, discard);
 const OFF_DEVT: usize = offset_of!(P, devt);
 const OFF_DMA: usize = offset_of!(P, dma);
 const OFF_SEG: usize = offset_of!(P, seg);
+const OFF_INTEGRITY: usize = offset_of!(P, integrity);
 const D_ALIGNMENT: usize = offset_of!(u::ublk_param_discard, discard_alignment);
 const D_GRANULARITY: usize = offset_of!(u::ublk_param_discard, discard_granularity);
 const D_MAX_SECTORS: usize = offset_of!(u::ublk_param_discard, max_discard_sectors);
@@ -88,6 +89,53 @@ pub(crate) struct Basic {
     pub(crate) virt_boundary_mask: u64,
 }
 
+/// The integrity parameters (`struct ublk_param_integrity`).
+struct IntegrityParams {
+    /// `LBMD_PI_CAP_*`.
+    flags: u32,
+    max_integrity_segments: u16,
+    interval_exp: u8,
+    metadata_size: u8,
+    pi_offset: u8,
+    /// `LBMD_PI_CSUM_*`.
+    csum_type: u8,
+    tag_size: u8,
+}
+
+impl IntegrityParams {
+    /// Returns whether the device checks protection information itself, and whether the
+    /// protection information has a reference tag; `EINVAL` for unknown flags.
+    fn flags(&self) -> Result<(bool, bool)> {
+        if self.flags & !(u::LBMD_PI_CAP_INTEGRITY | u::LBMD_PI_CAP_REFTAG) != 0 {
+            return Err(EINVAL);
+        }
+        Ok((
+            self.flags & u::LBMD_PI_CAP_INTEGRITY != 0,
+            self.flags & u::LBMD_PI_CAP_REFTAG != 0,
+        ))
+    }
+
+    /// Returns the checksum of the protection information; `EINVAL` for an unknown one.
+    fn checksum(&self) -> Result<IntegrityChecksum> {
+        Ok(match u32::from(self.csum_type) {
+            u::LBMD_PI_CSUM_NONE => IntegrityChecksum::None,
+            u::LBMD_PI_CSUM_IP => IntegrityChecksum::Ip,
+            u::LBMD_PI_CSUM_CRC16_T10DIF => IntegrityChecksum::Crc,
+            u::LBMD_PI_CSUM_CRC64_NVME => IntegrityChecksum::Crc64,
+            _ => return Err(EINVAL),
+        })
+    }
+
+    /// Returns the size of the protection information, by its checksum.
+    fn pi_tuple_size(&self) -> Result<u8> {
+        Ok(match self.checksum()? {
+            IntegrityChecksum::None => 0,
+            IntegrityChecksum::Ip | IntegrityChecksum::Crc => 8,
+            IntegrityChecksum::Crc64 => 16,
+        })
+    }
+}
+
 impl Params {
     /// Returns empty parameters, as a new device has.
     pub(crate) const fn new() -> Self {
@@ -126,18 +174,35 @@ impl Params {
         }
     }
 
+    /// Returns the integrity parameters.
+    fn integrity(&self) -> IntegrityParams {
+        type I = u::ublk_param_integrity;
+        let i = OFF_INTEGRITY;
+        IntegrityParams {
+            flags: self.get(i + offset_of!(I, flags)),
+            max_integrity_segments: self.get(i + offset_of!(I, max_integrity_segments)),
+            interval_exp: self.get(i + offset_of!(I, interval_exp)),
+            metadata_size: self.get(i + offset_of!(I, metadata_size)),
+            pi_offset: self.get(i + offset_of!(I, pi_offset)),
+            csum_type: self.get(i + offset_of!(I, csum_type)),
+            tag_size: self.get(i + offset_of!(I, tag_size)),
+        }
+    }
+
     /// Replaces the parameters with the first `len` bytes of `bytes`, which came from user space,
     /// and validates them for a device whose I/O buffers have `max_io_buf_bytes` bytes.
     ///
     /// Unknown parameter types are ignored. On error the parameters are cleared, as the C driver
     /// does, so that no invalid parameters survive.
-    pub(crate) fn set(&mut self, bytes: &[u8], max_io_buf_bytes: u32) -> Result {
+    ///
+    /// Integrity parameters are valid only for a device with `UBLK_F_INTEGRITY` (`integrity`).
+    pub(crate) fn set(&mut self, bytes: &[u8], max_io_buf_bytes: u32, integrity: bool) -> Result {
         let mut raw = [0u8; PARAMS_SIZE];
         let len = bytes.len().min(PARAMS_SIZE);
         raw[..len].copy_from_slice(&bytes[..len]);
         self.raw = raw;
         self.set_types(self.types() & TYPE_ALL);
-        let ret = self.validate(max_io_buf_bytes);
+        let ret = self.validate(max_io_buf_bytes, integrity);
         if ret.is_err() {
             *self = Self::new();
         }
@@ -145,7 +210,7 @@ impl Params {
     }
 
     /// Validates the parameters as `ublk_validate_params()` does.
-    fn validate(&self, max_io_buf_bytes: u32) -> Result {
+    fn validate(&self, max_io_buf_bytes: u32, integrity: bool) -> Result {
         let types = self.types();
 
         // The basic parameters are the only ones that must be set.
@@ -209,9 +274,22 @@ impl Params {
             }
         }
 
-        // Integrity needs `UBLK_F_INTEGRITY`, which the driver does not support.
         if types & TYPE_INTEGRITY != 0 {
-            return Err(EINVAL);
+            if !integrity {
+                return Err(EINVAL);
+            }
+            let i = self.integrity();
+            i.flags()?;
+            let pi_tuple_size = i.pi_tuple_size()?;
+            if i.metadata_size == 0
+                || (i.csum_type == u::LBMD_PI_CSUM_NONE as u8
+                    && i.flags & u::LBMD_PI_CAP_REFTAG != 0)
+                || u32::from(i.pi_offset) + u32::from(pi_tuple_size) > u32::from(i.metadata_size)
+                || u32::from(i.interval_exp) < SECTOR_SHIFT
+                || i.interval_exp > p.logical_bs_shift
+            {
+                return Err(EINVAL);
+            }
         }
 
         Ok(())
@@ -250,6 +328,26 @@ impl Params {
         }
         if types & TYPE_DMA_ALIGN != 0 {
             b = b.dma_alignment(self.get(OFF_DMA + offset_of!(u::ublk_param_dma_align, alignment)));
+        }
+        if types & TYPE_INTEGRITY != 0 {
+            let i = self.integrity();
+            let (device_capable, ref_tag) = i.flags()?;
+            b = b.integrity(Integrity {
+                metadata_size: i.metadata_size,
+                pi_offset: i.pi_offset,
+                pi_tuple_size: i.pi_tuple_size()?,
+                interval_exp: i.interval_exp,
+                tag_size: i.tag_size,
+                checksum: i.checksum()?,
+                device_capable,
+                ref_tag,
+                // As in the C driver.
+                split_interval_capable: true,
+                max_segments: match i.max_integrity_segments {
+                    0 => u16::MAX,
+                    n => n,
+                },
+            });
         }
         if types & TYPE_SEGMENT != 0 {
             b = b.segments(

@@ -9,10 +9,12 @@
 
 use crate::{
     features::{
-        F_AUTO_BUF_REG, F_NEED_GET_DATA, F_SUPPORT_RQ_AFFINITY, F_SUPPORT_ZERO_COPY, F_USER_COPY,
+        F_AUTO_BUF_REG, F_NEED_GET_DATA, F_SHMEM_ZC, F_SUPPORT_RQ_AFFINITY, F_SUPPORT_ZERO_COPY,
+        F_USER_COPY,
     },
     io::{self, Io},
     iodesc::{self, DescPages},
+    shmem,
 };
 use kernel::{
     block::{
@@ -108,6 +110,9 @@ pub(crate) struct Queue {
     /// Whether the driver registers the data of each request with the server's ring before the
     /// server learns about it (`UBLK_F_AUTO_BUF_REG`).
     pub(crate) auto_buf_reg: bool,
+    /// The buffers that the server registered, in which the data of requests may lie
+    /// (`UBLK_F_SHMEM_ZC`).
+    pub(crate) shmem: Option<Arc<shmem::Table>>,
     /// The io descriptors, as the server maps them.
     pub(crate) desc_pages: Arc<DescPages>,
     /// Whether the queue is served.
@@ -117,7 +122,7 @@ pub(crate) struct Queue {
 }
 
 impl Queue {
-    fn new(depth: u16, flags: u64) -> Result<Arc<Self>> {
+    fn new(depth: u16, flags: u64, shmem: Option<Arc<shmem::Table>>) -> Result<Arc<Self>> {
         let (desc_pages, writers) = iodesc::new_descs(depth)?;
         let mut slots = KVec::with_capacity(depth.into(), GFP_KERNEL)?;
         for desc in writers {
@@ -133,6 +138,7 @@ impl Queue {
                 need_get_data: flags & F_NEED_GET_DATA != 0,
                 zero_copy: flags & F_SUPPORT_ZERO_COPY != 0,
                 auto_buf_reg: flags & F_AUTO_BUF_REG != 0,
+                shmem,
                 desc_pages,
                 state: Atomic::new(QueueState::Serving),
                 slots,
@@ -185,17 +191,24 @@ impl Queue {
 /// The queues of a device, which its disk passes to the request operations.
 pub(crate) struct Queues {
     queues: KVec<Arc<Queue>>,
+    /// The buffers that the server registered, for a device with `UBLK_F_SHMEM_ZC`.
+    pub(crate) shmem: Option<Arc<shmem::Table>>,
 }
 
 impl Queues {
     /// Creates `nr_queues` queues of `depth` io slots, for a device with the feature flags
     /// `flags`.
     pub(crate) fn new(nr_queues: u16, depth: u16, flags: u64) -> Result<Arc<Self>> {
+        let shmem = if flags & F_SHMEM_ZC != 0 {
+            Some(shmem::new_table()?)
+        } else {
+            None
+        };
         let mut queues = KVec::with_capacity(nr_queues.into(), GFP_KERNEL)?;
         for _ in 0..nr_queues {
-            queues.push(Queue::new(depth, flags)?, GFP_KERNEL)?;
+            queues.push(Queue::new(depth, flags, shmem.clone())?, GFP_KERNEL)?;
         }
-        Ok(Arc::new(Self { queues }, GFP_KERNEL)?)
+        Ok(Arc::new(Self { queues, shmem }, GFP_KERNEL)?)
     }
 
     /// Returns queue `q_id`, or `EINVAL` if there is no such queue.

@@ -73,6 +73,7 @@ mod io;
 mod iodesc;
 mod params;
 mod queue;
+mod shmem;
 mod uapi;
 mod usercopy;
 mod zerocopy;

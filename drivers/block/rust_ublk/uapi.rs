@@ -67,6 +67,8 @@ pub(crate) const CMD_DEL_DEV_ASYNC: u32 = 0x14;
 pub(crate) const CMD_UPDATE_SIZE: u32 = 0x15;
 pub(crate) const CMD_QUIESCE_DEV: u32 = 0x16;
 pub(crate) const CMD_TRY_STOP_DEV: u32 = 0x17;
+pub(crate) const CMD_REG_BUF: u32 = 0x18;
+pub(crate) const CMD_UNREG_BUF: u32 = 0x19;
 
 // I/O command numbers (`_IOC_NR()` of `UBLK_U_IO_*`).
 pub(crate) const IO_FETCH_REQ: u32 = u::UBLK_IO_FETCH_REQ;
@@ -85,6 +87,14 @@ pub(crate) const IO_OP_WRITE_ZEROES: u32 = u::UBLK_IO_OP_WRITE_ZEROES;
 pub(crate) const IO_F_FUA: u32 = u::UBLK_IO_F_FUA;
 pub(crate) const IO_F_NOUNMAP: u32 = u::UBLK_IO_F_NOUNMAP;
 pub(crate) const IO_F_NEED_REG_BUF: u32 = u::UBLK_IO_F_NEED_REG_BUF;
+pub(crate) const IO_F_SHMEM_ZC: u32 = u::UBLK_IO_F_SHMEM_ZC;
+pub(crate) const IO_F_INTEGRITY: u32 = u::UBLK_IO_F_INTEGRITY;
+
+// Shared-memory zero copy (`UBLK_U_CMD_REG_BUF`).
+pub(crate) const SHMEM_BUF_READ_ONLY: u32 = u::UBLK_SHMEM_BUF_READ_ONLY;
+pub(crate) const SHMEM_BUF_REG_SIZE: usize = size_of::<u::ublk_shmem_buf_reg>();
+/// Where the buffer index starts in the address of an io descriptor with `UBLK_IO_F_SHMEM_ZC`.
+pub(crate) const SHMEM_ZC_IDX_OFF: u32 = u::UBLK_SHMEM_ZC_IDX_OFF;
 
 /// Offset in `/dev/ublkcN` of the io descriptors of queue 0.
 pub(crate) const CMD_BUF_OFFSET: usize = u::UBLKSRV_CMD_BUF_OFFSET as usize;

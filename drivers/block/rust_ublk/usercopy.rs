@@ -8,8 +8,11 @@
 //! ([`UserCopyPos`]). Any thread of the server may copy, while the server serves the request:
 //! the copy borrows it from its io slot ([`io::with_lent`]). The checks, and the errno of each,
 //! are those of the C driver's `ublk_user_copy()`.
+//!
+//! With `UBLK_F_INTEGRITY`, positions with `UBLKSRV_IO_INTEGRITY_FLAG` name an offset into the
+//! integrity metadata of the request instead of its data.
 
-use crate::{device::UblkDevice, io, uapi::UserCopyPos};
+use crate::{device::UblkDevice, features::F_INTEGRITY, io, uapi::UserCopyPos};
 use kernel::{
     block::ReqOp,
     iov::{IovIterDest, IovIterSource},
@@ -44,8 +47,8 @@ pub(crate) fn copy(dev: &UblkDevice, pos: i64, iter: UserIter<'_, '_>) -> Result
         return Err(EACCES);
     }
     let pos = UserCopyPos::parse(pos);
-    // No device of this driver has `UBLK_F_INTEGRITY`.
-    if pos.integrity {
+    // The integrity metadata of requests is only there with `UBLK_F_INTEGRITY`.
+    if pos.integrity && dev.flags & F_INTEGRITY == 0 {
         return Err(EINVAL);
     }
     let queue = dev.queues.get(pos.q_id.into())?;
@@ -57,14 +60,31 @@ pub(crate) fn copy(dev: &UblkDevice, pos: i64, iter: UserIter<'_, '_>) -> Result
     }
     let slot = queue.slot(pos.tag.into()).ok_or(EINVAL)?;
     io::with_lent(queue, slot, |rq| {
-        if pos.offset > rq.nr_bytes() {
+        let len = if pos.integrity {
+            rq.integrity_bytes()
+        } else {
+            rq.nr_bytes()
+        };
+        if pos.offset > len {
             return Err(EINVAL);
         }
-        // CAST: The offset is at most the size of the request, a `u32`.
+        // CAST: The offset is at most the size of the request's data or metadata, a `u32`.
         let offset = pos.offset as usize;
         match iter {
-            UserIter::ToServer(dest) if rq.op() == ReqOp::Write => rq.copy_to_iter(offset, dest),
-            UserIter::FromServer(src) if rq.op() == ReqOp::Read => rq.copy_from_iter(offset, src),
+            UserIter::ToServer(dest) if rq.op() == ReqOp::Write => {
+                if pos.integrity {
+                    rq.copy_integrity_to_iter(offset, dest)
+                } else {
+                    rq.copy_to_iter(offset, dest)
+                }
+            }
+            UserIter::FromServer(src) if rq.op() == ReqOp::Read => {
+                if pos.integrity {
+                    rq.copy_integrity_from_iter(offset, src)
+                } else {
+                    rq.copy_from_iter(offset, src)
+                }
+            }
             // The data of a write is only read, that of a read only written.
             _ => Err(EACCES),
         }

@@ -19,6 +19,7 @@ mod getdata;
 mod io;
 mod params;
 mod server;
+mod shmem;
 mod start;
 mod unpriv;
 mod usercopy;
@@ -74,6 +75,7 @@ pub fn all() -> Vec<&'static Case> {
         usercopy::CASES,
         getdata::CASES,
         zerocopy::CASES,
+        shmem::CASES,
         start::CASES,
         del::CASES,
         fault::CASES,

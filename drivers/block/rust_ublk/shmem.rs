@@ -1,0 +1,314 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Shared-memory zero copy (`UBLK_F_SHMEM_ZC`): buffers that the server registers with
+//! `UBLK_U_CMD_REG_BUF`, in which the data of requests may already lie.
+//!
+//! A server registers memory that it shares with the processes doing I/O to its device, such as
+//! a hugetlbfs file that both map. The driver pins the pages of the buffer and records each run
+//! of physically consecutive pages in a maple tree, by page frame number. When the data of a read
+//! or a write lies in one registered buffer, whole and in order, the io descriptor says so
+//! (`UBLK_IO_F_SHMEM_ZC`) and names the buffer and the offset of the data in it instead of a
+//! buffer of the server; the driver copies nothing, and the server reaches the data through its
+//! own mapping of the buffer.
+//!
+//! The table changes with the queue of the disk frozen, so that once `UBLK_U_CMD_UNREG_BUF`
+//! returns, no request in flight names the buffer. The pages stay pinned until the buffer is
+//! unregistered or the device is freed, as in the C driver.
+
+use crate::{
+    control::user_buf,
+    device::UblkDevice,
+    features::F_SHMEM_ZC,
+    queue::Rq,
+    uapi::{self, CtrlCmd},
+};
+use kernel::{
+    block::ReqOp, maple_tree::MapleTree, mm::pinned::PinnedPages, page::PAGE_SIZE, prelude::*,
+    sync::Arc,
+};
+
+/// Largest buffer that a server may register (`UBLK_SHMEM_BUF_SIZE_MAX` of the C driver): the
+/// offset of data in a buffer must fit the 32 bits that the io descriptor has for it.
+const MAX_BUF_SIZE: u64 = 1 << 32;
+
+/// Highest buffer index: the io descriptor has 16 bits for it.
+const MAX_INDEX: usize = u16::MAX as usize;
+
+/// A run of physically consecutive pages of a registered buffer.
+#[derive(Clone, Copy)]
+pub(crate) struct Range {
+    /// Frame number of the first page.
+    first: usize,
+    /// Frame number of the last page.
+    last: usize,
+    /// Offset in bytes of the first page in the buffer.
+    offset: usize,
+    /// Index of the buffer.
+    index: u16,
+    /// Whether the buffer was registered read-only: the driver does not write to it, so the data
+    /// of a read cannot already be there.
+    read_only: bool,
+}
+
+/// The ranges of the registered buffers of a device, by page frame number. The io path reads it;
+/// [`Buffers`] changes it.
+pub(crate) type Table = MapleTree<KBox<Range>>;
+
+/// Creates the table of a device with `UBLK_F_SHMEM_ZC`.
+pub(crate) fn new_table() -> Result<Arc<Table>> {
+    Arc::pin_init(MapleTree::new(), GFP_KERNEL)
+}
+
+/// A registered buffer.
+struct Buffer {
+    /// Its pages, pinned until it is unregistered.
+    _pages: PinnedPages,
+    /// The first page frame of each of its ranges in the table.
+    ranges: KVec<usize>,
+}
+
+/// The registered buffers of a device, by index, under the device lock.
+///
+/// # Invariants
+///
+/// The ranges of the buffers are in the device's [`Table`], and the table holds no others.
+pub(crate) struct Buffers {
+    bufs: KVec<Option<Buffer>>,
+}
+
+impl Buffers {
+    /// Returns an empty set of buffers.
+    pub(crate) fn new() -> Self {
+        // INVARIANT: A new table is empty too.
+        Self { bufs: KVec::new() }
+    }
+
+    /// Registers `pages` as the buffer `index` (from [`Buffers::free_index`]), with its ranges
+    /// in `table`.
+    fn insert(
+        &mut self,
+        table: &Table,
+        pages: PinnedPages,
+        index: usize,
+        read_only: bool,
+    ) -> Result {
+        if index == self.bufs.len() {
+            self.bufs.reserve(1, GFP_KERNEL)?;
+        }
+        let mut ranges = KVec::new();
+        if let Err(e) = insert_ranges(table, &pages, index, read_only, &mut ranges) {
+            // None of the buffer's ranges stays in the table.
+            for first in ranges.iter() {
+                table.erase(*first);
+            }
+            return Err(e);
+        }
+        let buffer = Some(Buffer {
+            _pages: pages,
+            ranges,
+        });
+        // INVARIANT: The ranges of the buffer are in the table, and recorded with it.
+        match self.bufs.get_mut(index) {
+            Some(slot) => *slot = buffer,
+            // `index` is the length of `bufs`, which has room for one more: this does not fail.
+            None => self.bufs.push(buffer, GFP_KERNEL)?,
+        }
+        Ok(())
+    }
+
+    /// Returns the lowest free buffer index, as `ida_alloc_max()` does in the C driver.
+    fn free_index(&self) -> Result<usize> {
+        let index = self
+            .bufs
+            .iter()
+            .position(Option::is_none)
+            .unwrap_or(self.bufs.len());
+        if index > MAX_INDEX {
+            return Err(ENOSPC);
+        }
+        Ok(index)
+    }
+
+    /// Unregisters the buffer `index`: its ranges leave `table`, and its pages are unpinned.
+    fn remove(&mut self, table: &Table, index: usize) -> Result {
+        let buffer = self
+            .bufs
+            .get_mut(index)
+            .and_then(Option::take)
+            .ok_or(ENOENT)?;
+        for first in buffer.ranges.iter() {
+            table.erase(*first);
+        }
+        // INVARIANT: The ranges of the buffer left the table with it.
+        while matches!(self.bufs.last(), Some(None)) {
+            self.bufs.pop();
+        }
+        Ok(())
+    }
+}
+
+/// Inserts into `table` the runs of physically consecutive pages of `pages`, the buffer `index`,
+/// and records the first page frame of each in `ranges`.
+fn insert_ranges(
+    table: &Table,
+    pages: &PinnedPages,
+    index: usize,
+    read_only: bool,
+    ranges: &mut KVec<usize>,
+) -> Result {
+    let mut pfns = pages.pfns().enumerate().peekable();
+    while let Some((i, first)) = pfns.next() {
+        let mut last = first;
+        while let Some(&(_, pfn)) = pfns.peek() {
+            if pfn != last + 1 {
+                break;
+            }
+            last = pfn;
+            pfns.next();
+        }
+        let range = KBox::new(
+            Range {
+                first,
+                last,
+                offset: i * PAGE_SIZE,
+                // CAST: `index` is at most `MAX_INDEX`.
+                index: index as u16,
+                read_only,
+            },
+            GFP_KERNEL,
+        )?;
+        ranges.push(first, GFP_KERNEL)?;
+        // Pages that another buffer has already fail with `EEXIST`, as in the C driver.
+        if let Err(e) = table.insert_range(first..=last, range, GFP_KERNEL) {
+            ranges.pop();
+            return Err(e.into());
+        }
+    }
+    Ok(())
+}
+
+/// Returns where the data of `rq` lies in a registered buffer, as the address that the io
+/// descriptor gives (`ublk_shmem_zc_addr()`): the buffer index in the upper 32 bits, the offset
+/// of the data in the buffer in the lower ones. The data must lie in one buffer, whole and in
+/// order, and the buffer must be writable for a read.
+pub(crate) fn find(table: &Table, rq: &Rq) -> Option<u64> {
+    let is_write = rq.op() == ReqOp::Write;
+    let mut tree = table.lock();
+    // The range of the last page, which the next is likely in too.
+    let mut cached: Option<Range> = None;
+    // The buffer of the data, and where the data starts in it.
+    let mut start: Option<(u16, usize)> = None;
+    // Where in the buffer the next piece must be.
+    let mut next = 0;
+    let whole = rq.for_each_data_frame(|pfn, in_page, len| {
+        let range = match cached {
+            Some(r) if (r.first..=r.last).contains(&pfn) => r,
+            _ => match tree.load(pfn) {
+                Some(r) => *r,
+                None => return false,
+            },
+        };
+        cached = Some(range);
+        let at = range.offset + (pfn - range.first) * PAGE_SIZE + in_page;
+        match start {
+            None if range.read_only && !is_write => return false,
+            None => start = Some((range.index, at)),
+            Some((index, _)) if index != range.index || at != next => return false,
+            Some(_) => {}
+        }
+        next = at + len;
+        true
+    });
+    let (index, offset) = start?;
+    if !whole {
+        return None;
+    }
+    // A buffer is at most `MAX_BUF_SIZE` bytes, so `offset` fits 32 bits.
+    let offset = u32::try_from(offset).ok()?;
+    Some((u64::from(index) << uapi::SHMEM_ZC_IDX_OFF) | u64::from(offset))
+}
+
+/// The argument of `UBLK_U_CMD_REG_BUF`, `struct ublk_shmem_buf_reg`.
+struct BufReg {
+    addr: u64,
+    len: u64,
+    flags: u32,
+    reserved: u32,
+}
+
+impl BufReg {
+    /// Reads the argument of `header` from user space: as many bytes as `header.len` says, up to
+    /// the size of the structure; the rest is zero, as in the C driver.
+    fn read(header: &CtrlCmd) -> Result<Self> {
+        let mut raw = [0u8; uapi::SHMEM_BUF_REG_SIZE];
+        let len = usize::from(header.len).min(raw.len());
+        user_buf(header.addr, len)?
+            .reader()
+            .read_slice(&mut raw[..len])?;
+        let u64_at = |at: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&raw[at..at + 8]);
+            u64::from_ne_bytes(b)
+        };
+        let u32_at = |at: usize| {
+            let mut b = [0u8; 4];
+            b.copy_from_slice(&raw[at..at + 4]);
+            u32::from_ne_bytes(b)
+        };
+        Ok(Self {
+            addr: u64_at(0),
+            len: u64_at(8),
+            flags: u32_at(16),
+            reserved: u32_at(20),
+        })
+    }
+}
+
+/// `UBLK_U_CMD_REG_BUF`: pins the buffer that the argument names and registers it; returns its
+/// index.
+pub(crate) fn reg_buf(dev: &UblkDevice, header: &CtrlCmd) -> Result<u32> {
+    let table = match &dev.queues.shmem {
+        Some(table) if dev.flags & F_SHMEM_ZC != 0 => table,
+        _ => return Err(EOPNOTSUPP),
+    };
+    let reg = BufReg::read(header)?;
+    if reg.flags & !uapi::SHMEM_BUF_READ_ONLY != 0 || reg.reserved != 0 {
+        return Err(EINVAL);
+    }
+    let page = PAGE_SIZE as u64;
+    if reg.len == 0 || reg.len > MAX_BUF_SIZE || reg.len % page != 0 || reg.addr % page != 0 {
+        return Err(EINVAL);
+    }
+    let read_only = reg.flags & uapi::SHMEM_BUF_READ_ONLY != 0;
+    let addr = usize::try_from(reg.addr).map_err(|_| EFAULT)?;
+    // CAST: `reg.len` is at most `MAX_BUF_SIZE`.
+    let nr_pages = (reg.len / page) as usize;
+    // Pinning may sleep and fault: before the device lock, as in the C driver.
+    let pages = PinnedPages::pin_longterm(addr, nr_pages, !read_only)?;
+
+    let mut state = dev.state.lock();
+    let disk = state.disk().cloned();
+    let _frozen = disk.as_ref().map(|disk| disk.freeze_queue());
+    let index = state.shmem.free_index()?;
+    state.shmem.insert(table, pages, index, read_only)?;
+    // CAST: `index` is at most `MAX_INDEX`.
+    Ok(index as u32)
+}
+
+/// `UBLK_U_CMD_UNREG_BUF`: unregisters the buffer whose index the command's data gives, and
+/// unpins its pages.
+pub(crate) fn unreg_buf(dev: &UblkDevice, header: &CtrlCmd) -> Result {
+    let table = match &dev.queues.shmem {
+        Some(table) if dev.flags & F_SHMEM_ZC != 0 => table,
+        _ => return Err(EOPNOTSUPP),
+    };
+    // As the C driver, which reads the index as an `int`.
+    let index = usize::try_from(header.data as i32).map_err(|_| EINVAL)?;
+    if index > MAX_INDEX {
+        return Err(EINVAL);
+    }
+    let mut state = dev.state.lock();
+    let disk = state.disk().cloned();
+    let _frozen = disk.as_ref().map(|disk| disk.freeze_queue());
+    state.shmem.remove(table, index)
+}
