@@ -81,8 +81,6 @@ pub(crate) struct DeviceState {
     /// Keeps the module loaded while the release of `/dev/ublkcN` waits for io_uring to release
     /// the buffers of the server ([`UblkDevice::release`]).
     pub(crate) release_pin: Option<ModuleRef>,
-    /// The buffers that the server registered with `UBLK_U_CMD_REG_BUF`.
-    pub(crate) shmem: shmem::Buffers,
 }
 
 impl DeviceState {
@@ -127,6 +125,13 @@ pub(crate) struct UblkDevice {
     /// The state of the device.
     #[pin]
     pub(crate) state: Mutex<DeviceState>,
+    /// The buffers that the server registered with `UBLK_U_CMD_REG_BUF` ([`shmem`]). Held by the
+    /// commands that change them, around the freeze of the disk's queue, and by
+    /// [`UblkDevice::stop`] while it deletes the disk, as the C driver holds its device mutex
+    /// across `del_gendisk()`. Declared after `state`: when the device is freed, a disk still in
+    /// `state` is deleted, its requests drained, before the buffers' pages are unpinned.
+    #[pin]
+    pub(crate) shmem: Mutex<shmem::Buffers>,
     /// The address space that mapped the io descriptors first; the only one that may map them.
     /// Not part of `state`: `mmap` holds the mmap lock, which faults on user memory take, and the
     /// device lock is held across such copies.
@@ -172,8 +177,8 @@ impl UblkDevice {
                     life: Lifecycle::Added,
                     server: Server::Detached,
                     release_pin: None,
-                    shmem: shmem::Buffers::new(),
                 }),
+                shmem <- new_mutex!(shmem::Buffers::new()),
                 server_mm <- new_spinlock!(None),
                 live: Atomic::new(false),
                 ready <- new_condvar!(),
@@ -270,6 +275,9 @@ impl UblkDevice {
     /// Requests in flight when the disk goes away are still served; later server commands
     /// complete with `UBLK_IO_RES_ABORT`.
     pub(crate) fn stop(this: &Arc<Self>) {
+        // No registered buffer changes while the disk goes away: those changes freeze the queue
+        // of the disk whose requests may name the buffers, which is only dropped below.
+        let shmem = this.shmem.lock();
         let old_life = {
             let mut state = this.state.lock();
             let life = match state.life {
@@ -285,6 +293,7 @@ impl UblkDevice {
         Self::cancel_scan(this);
         // Dropping the disk deletes it, which waits for the requests in flight.
         drop(old_life);
+        drop(shmem);
         // Only then, as the C driver does, a server that has `/dev/ublkcN` open is told to exit:
         // `UBLK_U_CMD_STOP_DEV` returns right after, before the server can delete the device
         // itself (libublk servers do on exit), so the tool that stopped it deletes it first.

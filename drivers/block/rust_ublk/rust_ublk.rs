@@ -40,13 +40,17 @@
 //!    fault) and registers `/dev/ublkcN` (the misc device lock). Lookups take the device lock
 //!    under it, to free the number of a deleted device whose server has gone.
 //! 3. The misc device lock: held by the misc core around `open` of `/dev/ublkcN`.
-//! 4. `UblkDevice::state` (mutex): lifecycle, server, parameters. Taken by control commands,
+//! 4. `UblkDevice::shmem` (mutex): the shared-memory buffers of the server ([`shmem`]).
+//!    `UBLK_U_CMD_REG_BUF` and `UBLK_U_CMD_UNREG_BUF` freeze the disk's queue under it, which
+//!    waits for the requests in flight (ending them takes none of these locks);
+//!    `UBLK_U_CMD_STOP_DEV` (and whatever stops the device) deletes the disk under it.
+//! 5. `UblkDevice::state` (mutex): lifecycle, server, parameters. Taken by control commands,
 //!    `open`/`release` of `/dev/ublkcN` and `UBLK_U_IO_FETCH_REQ`. `UBLK_U_CMD_START_DEV` adds the
 //!    disk under it. Not held across copies from or to user memory, nor while the disk is deleted
-//!    or the partition scan, which takes it, is waited for.
-//! 5. `UblkDevice::server_mm` (spinlock): the address space of the server. Taken by `mmap`, under
+//!    or frozen, or the partition scan, which takes it, is waited for.
+//! 6. `UblkDevice::server_mm` (spinlock): the address space of the server. Taken by `mmap`, under
 //!    the mmap lock.
-//! 6. [`queue::Slot`] (spinlock, one per io slot): the slot's state, its request and the writer
+//! 7. [`queue::Slot`] (spinlock, one per io slot): the slot's state, its request and the writer
 //!    of its io descriptor. Taken by blk-mq's `queue_rq` for the request of that tag (process
 //!    context: the submitter, or blk-mq's work items), by the server's io commands for the slot
 //!    and their task work, by user copies (`read_iter`/`write_iter` of any server thread) and

@@ -12,8 +12,13 @@
 //! own mapping of the buffer.
 //!
 //! The table changes with the queue of the disk frozen, so that once `UBLK_U_CMD_UNREG_BUF`
-//! returns, no request in flight names the buffer. The pages stay pinned until the buffer is
-//! unregistered or the device is freed, as in the C driver.
+//! returns, no request in flight names the buffer: the commands hold [`UblkDevice::shmem`], which
+//! stopping the device also holds while it deletes the disk, so a disk with requests in flight
+//! is always there to freeze. The pages stay pinned until the buffer is unregistered or the
+//! device is freed, as in the C driver.
+//!
+//! Unlike the C driver, which walks the tree without a lock from the server's task work, the
+//! lookup runs in `queue_rq`, under the tree's lock, and only while a buffer is registered.
 
 use crate::{
     control::user_buf,
@@ -23,8 +28,16 @@ use crate::{
     uapi::{self, CtrlCmd},
 };
 use kernel::{
-    block::ReqOp, maple_tree::MapleTree, mm::pinned::PinnedPages, page::PAGE_SIZE, prelude::*,
-    sync::Arc,
+    alloc::KVVec,
+    block::ReqOp,
+    maple_tree::MapleTree,
+    mm::pinned::PinnedPages,
+    page::PAGE_SIZE,
+    prelude::*,
+    sync::{
+        atomic::{Atomic, Relaxed},
+        Arc,
+    },
 };
 
 /// Largest buffer that a server may register (`UBLK_SHMEM_BUF_SIZE_MAX` of the C driver): the
@@ -52,11 +65,24 @@ pub(crate) struct Range {
 
 /// The ranges of the registered buffers of a device, by page frame number. The io path reads it;
 /// [`Buffers`] changes it.
-pub(crate) type Table = MapleTree<KBox<Range>>;
+#[pin_data]
+pub(crate) struct Table {
+    #[pin]
+    tree: MapleTree<KBox<Range>>,
+    /// How many buffers are registered. It changes with the queue frozen, or without a disk, so
+    /// a request in flight sees the count of the table it is matched against.
+    nr_bufs: Atomic<u32>,
+}
 
 /// Creates the table of a device with `UBLK_F_SHMEM_ZC`.
 pub(crate) fn new_table() -> Result<Arc<Table>> {
-    Arc::pin_init(MapleTree::new(), GFP_KERNEL)
+    Arc::pin_init(
+        pin_init!(Table {
+            tree <- MapleTree::new(),
+            nr_bufs: Atomic::new(0),
+        }),
+        GFP_KERNEL,
+    )
 }
 
 /// A registered buffer.
@@ -67,52 +93,63 @@ struct Buffer {
     ranges: KVec<usize>,
 }
 
-/// The registered buffers of a device, by index, under the device lock.
+/// The registered buffers of a device, by index, under [`UblkDevice::shmem`].
 ///
 /// # Invariants
 ///
-/// The ranges of the buffers are in the device's [`Table`], and the table holds no others.
+/// The ranges of the buffers are in the device's [`Table`], the table holds no others, and its
+/// count is the number of buffers.
 pub(crate) struct Buffers {
-    bufs: KVec<Option<Buffer>>,
+    /// Up to 65536 entries: not one physically contiguous allocation.
+    bufs: KVVec<Option<Buffer>>,
 }
 
 impl Buffers {
     /// Returns an empty set of buffers.
     pub(crate) fn new() -> Self {
         // INVARIANT: A new table is empty too.
-        Self { bufs: KVec::new() }
+        Self { bufs: KVVec::new() }
     }
 
     /// Registers `pages` as the buffer `index` (from [`Buffers::free_index`]), with its ranges
-    /// in `table`.
+    /// in `table`. On failure, gives the pages back, for the caller to unpin once it released
+    /// the queue and the lock.
     fn insert(
         &mut self,
         table: &Table,
         pages: PinnedPages,
         index: usize,
         read_only: bool,
-    ) -> Result {
+    ) -> Result<(), (Error, PinnedPages)> {
         if index == self.bufs.len() {
-            self.bufs.reserve(1, GFP_KERNEL)?;
+            if let Err(e) = self.bufs.reserve(1, GFP_KERNEL) {
+                return Err((e.into(), pages));
+            }
         }
         let mut ranges = KVec::new();
         if let Err(e) = insert_ranges(table, &pages, index, read_only, &mut ranges) {
             // None of the buffer's ranges stays in the table.
             for first in ranges.iter() {
-                table.erase(*first);
+                table.tree.erase(*first);
             }
-            return Err(e);
+            return Err((e, pages));
         }
         let buffer = Some(Buffer {
             _pages: pages,
             ranges,
         });
-        // INVARIANT: The ranges of the buffer are in the table, and recorded with it.
+        // INVARIANT: The ranges of the buffer are in the table, recorded with it, and counted.
         match self.bufs.get_mut(index) {
             Some(slot) => *slot = buffer,
-            // `index` is the length of `bufs`, which has room for one more: this does not fail.
-            None => self.bufs.push(buffer, GFP_KERNEL)?,
+            // `index` is the length of `bufs`, which has room for one more.
+            None => {
+                if self.bufs.push_within_capacity(buffer).is_err() {
+                    // Reserved above: not reached.
+                    kernel::warn_on!(true);
+                }
+            }
         }
+        table.nr_bufs.fetch_add(1, Relaxed);
         Ok(())
     }
 
@@ -129,21 +166,23 @@ impl Buffers {
         Ok(index)
     }
 
-    /// Unregisters the buffer `index`: its ranges leave `table`, and its pages are unpinned.
-    fn remove(&mut self, table: &Table, index: usize) -> Result {
+    /// Unregisters the buffer `index`: its ranges leave `table`. Returns it, for the caller to
+    /// unpin its pages once it released the queue and the lock.
+    fn remove(&mut self, table: &Table, index: usize) -> Result<Buffer> {
         let buffer = self
             .bufs
             .get_mut(index)
             .and_then(Option::take)
             .ok_or(ENOENT)?;
         for first in buffer.ranges.iter() {
-            table.erase(*first);
+            table.tree.erase(*first);
         }
-        // INVARIANT: The ranges of the buffer left the table with it.
+        // INVARIANT: The ranges of the buffer left the table with it, and the count with them.
+        table.nr_bufs.fetch_sub(1, Relaxed);
         while matches!(self.bufs.last(), Some(None)) {
             self.bufs.pop();
         }
-        Ok(())
+        Ok(buffer)
     }
 }
 
@@ -179,7 +218,7 @@ fn insert_ranges(
         )?;
         ranges.push(first, GFP_KERNEL)?;
         // Pages that another buffer has already fail with `EEXIST`, as in the C driver.
-        if let Err(e) = table.insert_range(first..=last, range, GFP_KERNEL) {
+        if let Err(e) = table.tree.insert_range(first..=last, range, GFP_KERNEL) {
             ranges.pop();
             return Err(e.into());
         }
@@ -192,8 +231,12 @@ fn insert_ranges(
 /// of the data in the buffer in the lower ones. The data must lie in one buffer, whole and in
 /// order, and the buffer must be writable for a read.
 pub(crate) fn find(table: &Table, rq: &Rq) -> Option<u64> {
+    // Changed only with the queue frozen, which orders it with the requests that it lets in.
+    if table.nr_bufs.load(Relaxed) == 0 {
+        return None;
+    }
     let is_write = rq.op() == ReqOp::Write;
-    let mut tree = table.lock();
+    let mut tree = table.tree.lock();
     // The range of the last page, which the next is likely in too.
     let mut cached: Option<Range> = None;
     // The buffer of the data, and where the data starts in it.
@@ -283,16 +326,25 @@ pub(crate) fn reg_buf(dev: &UblkDevice, header: &CtrlCmd) -> Result<u32> {
     let addr = usize::try_from(reg.addr).map_err(|_| EFAULT)?;
     // CAST: `reg.len` is at most `MAX_BUF_SIZE`.
     let nr_pages = (reg.len / page) as usize;
-    // Pinning may sleep and fault: before the device lock, as in the C driver.
+    // Pinning may sleep and fault: before the lock, as in the C driver.
     let pages = PinnedPages::pin_longterm(addr, nr_pages, !read_only)?;
 
-    let mut state = dev.state.lock();
-    let disk = state.disk().cloned();
-    let _frozen = disk.as_ref().map(|disk| disk.freeze_queue());
-    let index = state.shmem.free_index()?;
-    state.shmem.insert(table, pages, index, read_only)?;
-    // CAST: `index` is at most `MAX_INDEX`.
-    Ok(index as u32)
+    let (result, unused) = {
+        let mut bufs = dev.shmem.lock();
+        let disk = dev.state.lock().disk().cloned();
+        let _frozen = disk.as_ref().map(|disk| disk.freeze_queue());
+        match bufs.free_index() {
+            Err(e) => (Err(e), Some(pages)),
+            Ok(index) => match bufs.insert(table, pages, index, read_only) {
+                // CAST: `index` is at most `MAX_INDEX`.
+                Ok(()) => (Ok(index as u32), None),
+                Err((e, pages)) => (Err(e), Some(pages)),
+            },
+        }
+    };
+    // The pages of a failed registration are unpinned once the queue and the lock are released.
+    drop(unused);
+    result
 }
 
 /// `UBLK_U_CMD_UNREG_BUF`: unregisters the buffer whose index the command's data gives, and
@@ -307,8 +359,13 @@ pub(crate) fn unreg_buf(dev: &UblkDevice, header: &CtrlCmd) -> Result {
     if index > MAX_INDEX {
         return Err(EINVAL);
     }
-    let mut state = dev.state.lock();
-    let disk = state.disk().cloned();
-    let _frozen = disk.as_ref().map(|disk| disk.freeze_queue());
-    state.shmem.remove(table, index)
+    let removed = {
+        let mut bufs = dev.shmem.lock();
+        let disk = dev.state.lock().disk().cloned();
+        let _frozen = disk.as_ref().map(|disk| disk.freeze_queue());
+        bufs.remove(table, index)?
+    };
+    // Its pages are unpinned once the queue and the lock are released.
+    drop(removed);
+    Ok(())
 }

@@ -55,13 +55,22 @@ impl PinnedPages {
     /// Pins the `nr_pages` pages of the current task's memory from the page-aligned address
     /// `addr`, for long-term use, and for the kernel to write to them if `write`.
     ///
-    /// Fails with [`EINVAL`] for an address that is not page aligned or for no pages, with
-    /// [`EFAULT`] if some of the pages cannot be pinned (none stays pinned then), and with the
-    /// error of `pin_user_pages_fast()` otherwise (for example [`EFAULT`] for an unmapped
-    /// address, or a mapping not writable when `write`).
+    /// # Errors
+    ///
+    /// - [`EINVAL`] for an address that is not page aligned, for no pages or for more than
+    ///   `i32::MAX`;
+    /// - [`EFAULT`] for a task without an address space (a kernel thread), or if only some of
+    ///   the pages could be pinned (none stays pinned then);
+    /// - [`ENOMEM`] if the array of pages cannot be allocated;
+    /// - the error of `pin_user_pages_fast()` otherwise, for example [`EFAULT`] for an unmapped
+    ///   address or a mapping that is not writable when `write`.
     pub fn pin_longterm(addr: usize, nr_pages: usize, write: bool) -> Result<Self> {
         if addr % PAGE_SIZE != 0 || nr_pages == 0 {
             return Err(EINVAL);
+        }
+        // `pin_user_pages_fast()` works on the current task's address space, and dereferences it.
+        if crate::current!().mm().is_none() {
+            return Err(EFAULT);
         }
         let nr: i32 = nr_pages.try_into().map_err(|_| EINVAL)?;
         let mut pages = KVVec::with_capacity(nr_pages, GFP_KERNEL)?;
@@ -70,8 +79,8 @@ impl PinnedPages {
             flags |= bindings::FOLL_WRITE;
         }
         // SAFETY: `pages` has room for `nr_pages` page pointers, which the function writes at
-        // most. `addr` is a user address; the function checks it against the current task's
-        // address space.
+        // most. The current task has an address space (checked above), against which the
+        // function checks the user address `addr`.
         let pinned = unsafe {
             bindings::pin_user_pages_fast(
                 addr,
@@ -84,7 +93,8 @@ impl PinnedPages {
         // CAST: `pinned` is not negative, and at most `nr_pages`.
         let pinned = pinned as usize;
         // SAFETY: `pages` is empty, and `pin_user_pages_fast()` wrote its first `pinned`
-        // elements, pointers to the pages it pinned; `pinned <= nr_pages`, its capacity.
+        // elements, pointers to the pages it pinned; `pinned <= nr_pages`, which is at most its
+        // capacity.
         unsafe { pages.inc_len(pinned) };
         // INVARIANT: The `pinned` pages are pinned, and the pins are ours.
         let this = Self { pages };
