@@ -374,6 +374,106 @@ fn read_into_registered_buffer(env: &mut Env) -> Result<Got> {
     })
 }
 
+/// Serves tag 0 from its own thread, on `ring` (the thread fetches and
+/// commits: a tag belongs to the thread that fetched it), until `stop`;
+/// returns the address of the first request that said
+/// `UBLK_IO_F_SHMEM_ZC`. Other requests are answered as reads of zeroes.
+fn serve_in_thread(
+    mut ring: crate::ring::Ring<io_uring::squeue::Entry>,
+    fd: std::os::fd::RawFd,
+    descs: usize,
+    buf: u64,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Result<Option<u64>> {
+    use std::sync::atomic::Ordering;
+    let mut found = None;
+    let mut token = ring.submit(io_sqe_result(fd, UBLK_U_IO_FETCH_REQ, 0, 0, buf, 0))?;
+    loop {
+        match ring.wait(token, Duration::from_millis(200))? {
+            Got::Pending if stop.load(Ordering::Relaxed) => return Ok(found),
+            Got::Pending => continue,
+            Got::Res(0) => {}
+            got => bail!("the fetch completed with {}", show(got)),
+        }
+        // SAFETY: `descs` maps the descriptor of tag 0, which the driver
+        // wrote before it completed the fetch, and outlives this thread.
+        let desc = unsafe { std::ptr::read_volatile(descs as *const UblksrvIoDesc) };
+        if desc.op_flags & UBLK_IO_F_SHMEM_ZC != 0 && found.is_none() {
+            found = Some(desc.addr);
+        }
+        let res = (desc.nr_sectors << 9) as i32;
+        token = ring.submit(io_sqe_result(
+            fd,
+            UBLK_U_IO_COMMIT_AND_FETCH_REQ,
+            0,
+            0,
+            buf,
+            res,
+        ))?;
+    }
+}
+
+/// REG_BUF on a live device freezes its queue, which waits for the
+/// requests in flight (served meanwhile by the server's thread); a read
+/// into the buffer then reaches the server as shared memory.
+fn reg_buf_on_live_device_then_read(env: &mut Env) -> Result<Got> {
+    use std::sync::{atomic::AtomicBool, atomic::Ordering, Arc};
+    let mut s = Server::with_flags(env, 1, UBLK_F_SHMEM_ZC)?;
+    let page = chardev::page_size();
+    let m = anon(PAGES, libc::PROT_READ | libc::PROT_WRITE)?;
+    let fd = s.file.as_raw_fd();
+    let descs = chardev::map_descs_setup(fd, 1)?;
+    let ring = std::mem::replace(&mut s.ring, crate::ring::Ring::new()?);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (descs_addr, io_buf) = (descs.addr() as usize, s.buf.addr());
+    let server = {
+        let stop = stop.clone();
+        std::thread::spawn(move || serve_in_thread(ring, fd, descs_addr, io_buf, stop))
+    };
+    let run = (|| -> Result<Got> {
+        s.set_params(env)?;
+        match s.start(env, std::process::id() as u64)? {
+            Got::Res(0) => {}
+            got => bail!("setup: START_DEV got {}", show(got)),
+        }
+        // The partition scan and udev's reads may be in flight: the
+        // freeze waits for the server thread to answer them.
+        match reg(env, &s.dev, buf(&m, PAGES))? {
+            Got::Res(0) => {}
+            got => return Ok(got),
+        }
+        direct_read(s.dev.id, m.addr() as usize + page, 2 * page)?;
+        Ok(OK)
+    })();
+    stop.store(true, Ordering::Relaxed);
+    let found = server.join();
+    drop(s);
+    drop(descs);
+    let got = run?;
+    if got != OK {
+        return Ok(got);
+    }
+    let found = match found {
+        Ok(found) => found?,
+        Err(_) => bail!("the server thread panicked"),
+    };
+    Ok(match found {
+        Some(a) if a == ublk_shmem_zc_addr(0, page as u32) => OK,
+        Some(a) => {
+            println!(
+                "# the read names buffer {} at offset {}, not buffer 0 at offset {page}",
+                ublk_shmem_zc_index(a),
+                ublk_shmem_zc_offset(a)
+            );
+            err(EINVAL)
+        }
+        None => {
+            println!("# no request of the read said UBLK_IO_F_SHMEM_ZC");
+            err(ENOENT)
+        }
+    })
+}
+
 pub const CASES: &[Case] = &[
     case!(reg_buf, OK),
     case!(reg_buf_second_gets_next_index, Got::Res(1)),
@@ -399,4 +499,5 @@ pub const CASES: &[Case] = &[
     case!(unreg_buf_index_above_65535, err(EINVAL)),
     case!(unreg_buf_without_shmem_zc, err(EOPNOTSUPP)),
     case!(read_into_registered_buffer, OK),
+    case!(reg_buf_on_live_device_then_read, OK),
 ];
