@@ -19,6 +19,9 @@
 //!   task that submitted it with [`QueuedIoUringCmd::complete_in_task`].
 //! - [`IoUringCmdCancel`] is the view of a queued command that io_uring asks the driver to cancel,
 //!   typically because the ring is being torn down.
+//! - [`MultishotCmd`] is a queued multishot command (`IORING_URING_CMD_MULTISHOT`): it posts
+//!   completions into buffers that user space provides ([`ProvidedBuffer`]), each one keeping the
+//!   command alive, until it is completed.
 //!
 //! io_uring callbacks receive "issue flags" that describe the context they run in, in particular
 //! whether the ring lock is held. Completions and some other operations must be passed the flags of
@@ -127,6 +130,7 @@ use crate::{
     error::{
         code::*,
         to_result,
+        Error,
         Result, //
     },
     ffi::{
@@ -142,6 +146,10 @@ use crate::{
         ForeignOwnable,
         NotThreadSafe, //
     },
+    uaccess::{
+        UserPtr,
+        UserSlice, //
+    },
 };
 #[cfg(CONFIG_BLOCK)]
 use crate::{block::mq, sync::aref::ARef};
@@ -154,11 +162,18 @@ use core::{
 /// Size in bytes of the private area (pdu) of a `struct io_uring_cmd`.
 const RAW_PDU_SIZE: usize = 32;
 
+/// Offset in the pdu of the data that [`QueuedIoUringCmd::complete_in_task_with`] passes to its
+/// callback, and of the issue flags that [`IoUringCmd::issue_in_task`] keeps.
+const TW_DATA_OFFSET: usize = RAW_PDU_SIZE - size_of::<*mut c_void>();
+
+/// Offset in the pdu of the buffer group of a multishot command ([`MultishotCmd`]).
+const BUF_GROUP_OFFSET: usize = TW_DATA_OFFSET - size_of::<u16>();
+
 /// Size in bytes of the part of the pdu of an io_uring command that drivers use.
 ///
-/// The rest of the pdu holds the data that [`QueuedIoUringCmd::complete_in_task_with`] passes to
-/// its callback.
-pub const PDU_SIZE: usize = RAW_PDU_SIZE - size_of::<*mut c_void>();
+/// The rest of the pdu holds the buffer group of a multishot command, and the data that
+/// [`QueuedIoUringCmd::complete_in_task_with`] passes to its callback.
+pub const PDU_SIZE: usize = BUF_GROUP_OFFSET;
 
 /// Size in bytes of the command payload of a 64-byte SQE.
 pub const CMD_SIZE: usize = 16;
@@ -357,6 +372,12 @@ pub trait CmdFile {
     /// io_uring waits for cancelable commands when it tears a ring down, and without a handler
     /// no one would complete them.
     const HANDLES_CANCEL: bool;
+
+    /// Whether the file operations take multishot commands (`IORING_URING_CMD_MULTISHOT`, see
+    /// [`MultishotCmd`]).
+    ///
+    /// Multishot commands of other files fail with `EINVAL` before they reach the driver.
+    const HANDLES_MULTISHOT: bool = false;
 }
 
 /// Proof that a `uring_cmd` handler queued its command.
@@ -404,6 +425,18 @@ impl<'a, F: CmdFile> IoUringCmd<'a, F> {
         // SAFETY: By the type invariants, `ptr` is valid. io_uring set `cmd_op` before issuing
         // the command and does not change it.
         unsafe { (*self.as_raw()).cmd_op }
+    }
+
+    /// Returns whether the command is a multishot command (`IORING_URING_CMD_MULTISHOT`).
+    ///
+    /// Such a command posts a completion each time the driver has something to report, into a
+    /// buffer that user space provided, until the driver completes it (see [`MultishotCmd`]).
+    /// Only files whose [`CmdFile::HANDLES_MULTISHOT`] is true receive them.
+    #[inline]
+    pub fn is_multishot(&self) -> bool {
+        // SAFETY: By the type invariants, `ptr` is valid. io_uring sets `flags` before issuing the
+        // command and does not change them.
+        unsafe { (*self.as_raw()).flags & bindings::IORING_URING_CMD_MULTISHOT != 0 }
     }
 
     /// Returns the size of the command payload: [`CMD128_SIZE`] for rings with 128-byte SQEs,
@@ -555,12 +588,12 @@ impl<'a, F: CmdFile> IoUringCmd<'a, F> {
         // the command itself; keep those that do in the part of the pdu that drivers do not use.
         let keep = issue_flags.bits & (F_SQE128 | F_CQE32 | F_COMPAT);
         // SAFETY: By the type invariants, `ptr` is valid and no one else accesses its pdu while
-        // the command is issued. The bytes past `PDU_SIZE` are large enough for a `u32`; the
-        // write is unaligned.
+        // the command is issued. The bytes past `TW_DATA_OFFSET` are large enough for a `u32`;
+        // the write is unaligned.
         unsafe {
             (&raw mut (*self.as_raw()).pdu)
                 .cast::<u8>()
-                .add(PDU_SIZE)
+                .add(TW_DATA_OFFSET)
                 .cast::<u32>()
                 .write_unaligned(keep)
         };
@@ -729,11 +762,12 @@ unsafe extern "C" fn reissue_trampoline(tw_req: bindings::io_tw_req, tw: binding
     // SAFETY: By the safety requirements, this is the task work of a command.
     let cmd = unsafe { bindings::io_uring_cmd_from_tw(tw_req) };
     // SAFETY: `issue_in_task` stored the flags that describe the command past the first
-    // `PDU_SIZE` bytes of the pdu of `cmd`, which is valid, and nothing else wrote them since.
+    // `TW_DATA_OFFSET` bytes of the pdu of `cmd`, which is valid, and nothing else wrote them
+    // since.
     let keep = unsafe {
         (&raw const (*cmd).pdu)
             .cast::<u8>()
-            .add(PDU_SIZE)
+            .add(TW_DATA_OFFSET)
             .cast::<u32>()
             .read_unaligned()
     };
@@ -802,7 +836,8 @@ unsafe fn read_pdu<T: FromBytes>(cmd: *mut bindings::io_uring_cmd) -> T {
 /// - `ptr` points to a valid `struct io_uring_cmd` that was issued to a driver and queued (its
 ///   `uring_cmd` file operation returned, or is going to return, `-EIOCBQUEUED`), and that is not
 ///   completed yet. It stays valid until it is completed, which this object is responsible for.
-/// - The first [`PDU_SIZE`] bytes of the pdu of the command are initialized and no longer written.
+/// - The first `TW_DATA_OFFSET` bytes of the pdu of the command are initialized and no longer
+///   written; for a multishot command, the two bytes at `BUF_GROUP_OFFSET` hold its buffer group.
 ///   The other bytes of the pdu are only accessed by [`QueuedIoUringCmd::complete_in_task_with`]
 ///   and its task work callback.
 pub struct QueuedIoUringCmd {
@@ -891,6 +926,19 @@ impl QueuedIoUringCmd {
         // SAFETY: By the type invariants, `ptr` is a valid command that is queued and not
         // completed.
         unsafe { register_request::<T, R>(self.as_raw(), rq, index, issue_flags) }
+    }
+
+    /// Unregisters the fixed buffer `index` of the command's ring, as
+    /// [`IoUringCmd::unregister_buffer`] does.
+    ///
+    /// `issue_flags` are the flags of the io_uring callback that calls this, which must run for a
+    /// command of the same ring, as for [`QueuedIoUringCmd::done`].
+    pub fn unregister_buffer(&self, index: u32, issue_flags: IssueFlags<'_>) -> Result {
+        // SAFETY: By the type invariants, `ptr` is valid.
+        let bits = unsafe { issue_flags.bits_for(self.as_raw()) };
+        // SAFETY: By the type invariants, `ptr` is a valid command that is not completed, and
+        // `bits` describe the locking context of the caller correctly for its ring.
+        to_result(unsafe { bindings::io_buffer_unregister(self.as_raw(), index, bits) })
     }
 
     /// Completes the command with the result `ret`.
@@ -992,13 +1040,13 @@ impl QueuedIoUringCmd {
         core::mem::forget(callback);
         let this = ManuallyDrop::new(self);
         let data = data.into_foreign();
-        // SAFETY: By the type invariants, `ptr` is valid, and the bytes of the pdu past `PDU_SIZE`
-        // are only accessed by this function and the task work it queues, which runs after this
-        // write. They are large enough for a pointer; the write is unaligned.
+        // SAFETY: By the type invariants, `ptr` is valid, and the bytes of the pdu past
+        // `TW_DATA_OFFSET` are only accessed by this function and the task work it queues, which
+        // runs after this write. They are large enough for a pointer; the write is unaligned.
         unsafe {
             (&raw mut (*this.as_raw()).pdu)
                 .cast::<u8>()
-                .add(PDU_SIZE)
+                .add(TW_DATA_OFFSET)
                 .cast::<*mut c_void>()
                 .write_unaligned(data)
         };
@@ -1020,6 +1068,313 @@ impl Drop for QueuedIoUringCmd {
         // the command.
         let this = QueuedIoUringCmd { ptr: self.ptr };
         this.complete_in_task(|cmd, issue_flags| cmd.done(Err(ECANCELED), issue_flags));
+    }
+}
+
+/// A queued multishot command (`IORING_URING_CMD_MULTISHOT`).
+///
+/// User space sends a multishot command to receive many completions for it: each one reports
+/// data that the driver wrote into a buffer that user space provided in a buffer group of the
+/// ring (`IORING_REGISTER_PBUF_RING`), which the SQE names (`buf_group`, with
+/// `IOSQE_BUFFER_SELECT`). The completion queue entries say `IORING_CQE_F_MORE` and which buffer
+/// holds the data; the last one, made by [`MultishotCmd::done`], does not.
+///
+/// A driver gets a [`MultishotCmd`] from a [`QueuedIoUringCmd`] of such a command (see
+/// [`MultishotCmd::new`]). It picks a buffer with [`MultishotCmd::select_buffer`], writes into it,
+/// and posts it ([`ProvidedBuffer::post`]), from an io_uring callback of the command's ring, as
+/// often as it likes. A [`MultishotCmd`] is a [`QueuedIoUringCmd`] otherwise (it dereferences to
+/// one), and is completed once, like one.
+///
+/// # Examples
+///
+/// A file that reports a counter to a multishot command, one completion per value.
+///
+/// ```
+/// use kernel::{
+///     io_uring::{IssueFlags, MultishotCmd},
+///     prelude::*,
+/// };
+///
+/// /// Posts `values` to `cmd`, one per completion, as long as user space provides buffers; then
+/// /// completes it.
+/// fn report(mut cmd: MultishotCmd, values: &[u32], issue_flags: IssueFlags<'_>) {
+///     for value in values {
+///         let mut buf = match cmd.select_buffer(issue_flags) {
+///             Ok(buf) => buf,
+///             // User space provided no buffer; it sends the command again once it does.
+///             Err(e) => return cmd.done(Err(e), issue_flags),
+///         };
+///         if buf.write(&value.to_ne_bytes()).is_err() || buf.post().is_err() {
+///             return cmd.done(Err(ENOBUFS), issue_flags);
+///         }
+///     }
+///     cmd.done(Ok(0), issue_flags);
+/// }
+/// ```
+///
+/// # Invariants
+///
+/// `cmd` is a multishot command: io_uring made sure that it selects a buffer
+/// (`IOSQE_BUFFER_SELECT`), and [`dispatch_uring_cmd`] recorded the buffer group that its SQE
+/// names at `BUF_GROUP_OFFSET` in its pdu.
+pub struct MultishotCmd {
+    cmd: QueuedIoUringCmd,
+}
+
+impl MultishotCmd {
+    /// Returns `cmd` as a multishot command, or gives it back if it is not one (see
+    /// [`IoUringCmd::is_multishot`]).
+    pub fn new(cmd: QueuedIoUringCmd) -> Result<Self, QueuedIoUringCmd> {
+        // SAFETY: By the type invariants of `QueuedIoUringCmd`, `cmd` is valid. io_uring does not
+        // change its flags once it is issued.
+        let multishot =
+            unsafe { (*cmd.as_raw()).flags } & bindings::IORING_URING_CMD_MULTISHOT != 0;
+        if multishot {
+            // INVARIANT: io_uring only accepts multishot commands that select a buffer, and only
+            // files that handle multishot commands queue them; `dispatch_uring_cmd` recorded
+            // their buffer group before the file saw them.
+            Ok(Self { cmd })
+        } else {
+            Err(cmd)
+        }
+    }
+
+    /// Returns the buffer group that the command selects buffers from.
+    #[inline]
+    pub fn buffer_group(&self) -> u16 {
+        // SAFETY: By the type invariants, the command is valid and its buffer group is at
+        // `BUF_GROUP_OFFSET` in its pdu, which is not written while it is queued. The read is
+        // unaligned.
+        unsafe {
+            (&raw const (*self.cmd.as_raw()).pdu)
+                .cast::<u8>()
+                .add(BUF_GROUP_OFFSET)
+                .cast::<u16>()
+                .read_unaligned()
+        }
+    }
+
+    /// Takes a buffer that user space provided in the command's buffer group, to post a
+    /// completion with ([`ProvidedBuffer::post`]).
+    ///
+    /// Fails with `ENOBUFS` if the group has no buffer left, and with the error of io_uring if
+    /// the group does not exist (`ENOENT`). A buffer can only be taken in an io_uring callback of
+    /// the command's own ring that holds its lock: the `uring_cmd` file operation issuing a
+    /// command of that ring from its submitting task, or task work of the command (see
+    /// [`QueuedIoUringCmd::complete_in_task_with`]); elsewhere this is a driver bug, reported
+    /// with a warning, and fails with `EINVAL`.
+    ///
+    /// The command has one buffer at a time; the buffer lives no longer than the callback.
+    pub fn select_buffer<'b>(
+        &'b mut self,
+        issue_flags: IssueFlags<'b>,
+    ) -> Result<ProvidedBuffer<'b>> {
+        // SAFETY: By the type invariants, the command is valid.
+        let bits = unsafe { issue_flags.bits_for(self.cmd.as_raw()) };
+        // The buffer is committed to the command when its completion is posted, which io_uring
+        // only does with the ring lock held: select it under that lock, in the same callback.
+        if crate::warn_on!(bits & F_UNLOCKED != 0) {
+            return Err(EINVAL);
+        }
+        let mut len = 0usize;
+        // SAFETY: By the type invariants, the command is a valid, queued, multishot command that
+        // selects a buffer; `bits` say that the caller holds the lock of its ring.
+        let sel = unsafe {
+            bindings::io_uring_cmd_buffer_select(
+                self.cmd.as_raw(),
+                self.buffer_group().into(),
+                &mut len,
+                bits,
+            )
+        };
+        // SAFETY: `io_uring_cmd_buffer_select` returns an error in `val` or a user address in
+        // `addr`; they share their bytes, and reading either one reads initialized bytes.
+        let val = unsafe { sel.__bindgen_anon_1.val };
+        if val < 0 {
+            // CAST: io_uring returns negative errnos there.
+            return Err(Error::from_errno(val as i32));
+        }
+        if val == 0 {
+            return Err(ENOBUFS);
+        }
+        // CAST: A user address, as `addr` holds it.
+        let addr = val as usize;
+        // INVARIANT: io_uring selected the buffer at `addr`, of `len` bytes, for the command, in a
+        // callback that holds the lock of its ring and lasts for `'b`.
+        Ok(ProvidedBuffer {
+            cmd: &self.cmd,
+            sel,
+            addr,
+            len,
+            written: 0,
+            bits,
+            _p: PhantomData,
+        })
+    }
+
+    /// Completes the command with the result `ret`, as [`QueuedIoUringCmd::done`] does: the last
+    /// completion queue entry of the command, without `IORING_CQE_F_MORE`.
+    #[inline]
+    pub fn done(self, ret: Result<i32>, issue_flags: IssueFlags<'_>) {
+        self.cmd.done(ret, issue_flags);
+    }
+
+    /// Gives up the ability to post completions: the command is a plain queued command again.
+    #[inline]
+    pub fn into_queued(self) -> QueuedIoUringCmd {
+        self.cmd
+    }
+
+    /// Runs `callback` with `data` in the context of the task that submitted the command, as
+    /// [`QueuedIoUringCmd::complete_in_task_with`] does; the callback gets the command back as a
+    /// multishot command, and may select buffers and post completions with it.
+    ///
+    /// `callback` must not capture anything, which is checked at build time.
+    pub fn complete_in_task_with<D, F>(self, data: D, callback: F)
+    where
+        D: ForeignOwnable + Send + 'static,
+        F: FnOnce(MultishotCmd, D, IssueFlags<'_>) + Send + 'static,
+    {
+        const {
+            assert!(
+                size_of::<F>() == 0,
+                "the callback must not capture anything"
+            )
+        };
+
+        // The closure captures nothing but `callback`, which has no bytes: it has none either.
+        self.cmd
+            .complete_in_task_with(data, move |cmd, data, issue_flags| {
+                // INVARIANT: `cmd` is the command of `self`, a multishot command, given back.
+                callback(MultishotCmd { cmd }, data, issue_flags)
+            });
+    }
+}
+
+impl core::ops::Deref for MultishotCmd {
+    type Target = QueuedIoUringCmd;
+
+    #[inline]
+    fn deref(&self) -> &QueuedIoUringCmd {
+        &self.cmd
+    }
+}
+
+/// Why [`ProvidedBuffer::post`] did not post a completion.
+///
+/// io_uring could not post it (its completion queue overflowed, or the command can no longer
+/// post completions): the command must be completed ([`MultishotCmd::done`]), and what the buffer
+/// reported is lost, so the driver reports it again later.
+#[derive(Debug)]
+pub struct NotPosted;
+
+/// A buffer that user space provided, taken for a completion of a [`MultishotCmd`].
+///
+/// The driver writes what it reports into the buffer ([`ProvidedBuffer::write`]) and posts it
+/// ([`ProvidedBuffer::post`]): the command completes once more, with `IORING_CQE_F_MORE`, the
+/// number of bytes written, and the buffer's id. A buffer that is dropped without being posted
+/// goes back to its group, unused.
+///
+/// # Invariants
+///
+/// - io_uring selected the buffer for `cmd`, a valid multishot command, with the issue flags
+///   `bits`, in an io_uring callback that holds the lock of the command's ring and lasts for
+///   `'b`; the buffer is neither posted nor recycled yet.
+/// - The buffer is the user memory at `addr`, `len` bytes long, of which the first `written`
+///   bytes were written.
+#[must_use = "a provided buffer goes back to its group unless it is posted"]
+pub struct ProvidedBuffer<'b> {
+    cmd: &'b QueuedIoUringCmd,
+    sel: bindings::io_br_sel,
+    addr: usize,
+    len: usize,
+    written: usize,
+    bits: u32,
+    _p: PhantomData<IssueFlags<'b>>,
+}
+
+impl ProvidedBuffer<'_> {
+    /// Returns the size of the buffer in bytes.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Returns whether the buffer has no room at all.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Returns how many bytes can still be written.
+    #[inline]
+    pub fn room(&self) -> usize {
+        self.len - self.written
+    }
+
+    /// Returns the command that the buffer was taken for, for example to register a fixed
+    /// buffer with its ring before the completion is posted.
+    #[inline]
+    pub fn cmd(&self) -> &QueuedIoUringCmd {
+        self.cmd
+    }
+
+    /// Appends `data` to what the buffer holds: `EFAULT` if it does not fit in the room left or
+    /// the user memory cannot be written, and then nothing counts as written.
+    pub fn write(&mut self, data: &[u8]) -> Result {
+        if data.len() > self.room() {
+            return Err(EFAULT);
+        }
+        let start = UserPtr::from_addr(self.addr + self.written);
+        UserSlice::new(start, data.len())
+            .writer()
+            .write_slice(data)?;
+        self.written += data.len();
+        Ok(())
+    }
+
+    /// Posts a completion of the command with the bytes written to the buffer: its `res` is their
+    /// number, its flags `IORING_CQE_F_MORE`, `IORING_CQE_F_BUFFER` and the buffer's id.
+    ///
+    /// A buffer with nothing written goes back to its group, and no completion is posted. On
+    /// [`NotPosted`], the caller completes the command.
+    pub fn post(self) -> Result<(), NotPosted> {
+        let mut this = ManuallyDrop::new(self);
+        if this.written == 0 {
+            this.recycle();
+            return Ok(());
+        }
+        // CAST: `written` is at most the size of a buffer, which fits in `isize`.
+        this.sel.__bindgen_anon_1.val = this.written as isize;
+        // SAFETY: By the type invariants, the command is valid, `sel` is the selection of a buffer
+        // for it, made in the callback that runs, with the flags `bits`, and it was not posted or
+        // recycled; `this` is not dropped, so this is the only use of it.
+        let needs_completion = unsafe {
+            bindings::io_uring_mshot_cmd_post_cqe(this.cmd.as_raw(), &mut this.sel, this.bits)
+        };
+        if needs_completion {
+            Err(NotPosted)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Gives the buffer back to its group, unused.
+    fn recycle(&mut self) {
+        // Posting nothing recycles the buffer; io_uring then says that the command should be
+        // completed, which the caller decides instead.
+        self.sel.__bindgen_anon_1.val = 0;
+        // SAFETY: As in `post`: by the type invariants, `sel` selects a buffer for the command in
+        // this callback, not posted or recycled yet, and the caller uses it no more.
+        let _ = unsafe {
+            bindings::io_uring_mshot_cmd_post_cqe(self.cmd.as_raw(), &mut self.sel, self.bits)
+        };
+    }
+}
+
+impl Drop for ProvidedBuffer<'_> {
+    fn drop(&mut self) {
+        self.recycle();
     }
 }
 
@@ -1071,12 +1426,12 @@ unsafe extern "C" fn task_work_trampoline_with<D, F>(
     // SAFETY: By the safety requirements, this is the task work of a command.
     let ptr = unsafe { bindings::io_uring_cmd_from_tw(tw_req) };
     // SAFETY: By the safety requirements, `complete_in_task_with` stored the result of
-    // `D::into_foreign` past the first `PDU_SIZE` bytes of the pdu of `ptr`, which is valid, and
-    // nothing else accesses these bytes.
+    // `D::into_foreign` past the first `TW_DATA_OFFSET` bytes of the pdu of `ptr`, which is
+    // valid, and nothing else accesses these bytes.
     let data = unsafe {
         (&raw const (*ptr).pdu)
             .cast::<u8>()
-            .add(PDU_SIZE)
+            .add(TW_DATA_OFFSET)
             .cast::<*mut c_void>()
             .read_unaligned()
     };
@@ -1154,8 +1509,9 @@ impl IoUringCmdCancel<'_> {
 /// - Otherwise, the command is being issued. Its pdu is zeroed, and `issue` is called with the
 ///   command and the issue flags. If `issue` queued the command, the file operation returns
 ///   `-EIOCBQUEUED`; otherwise it returns the result of `issue`, which completes the command.
-/// - Multishot commands (`IORING_URING_CMD_MULTISHOT`) are not supported: they fail with `EINVAL`
-///   without calling `issue`.
+/// - Multishot commands (`IORING_URING_CMD_MULTISHOT`) fail with `EINVAL` without calling `issue`,
+///   unless `F` handles them ([`CmdFile::HANDLES_MULTISHOT`]); their buffer group is recorded in
+///   the pdu for [`MultishotCmd`].
 ///
 /// # Safety
 ///
@@ -1187,8 +1543,9 @@ pub(crate) unsafe fn dispatch_uring_cmd<F: CmdFile>(
     }
 
     // SAFETY: `ioucmd` is a valid command. io_uring does not change its flags while it issues it.
-    if unsafe { (*ioucmd).flags } & bindings::IORING_URING_CMD_MULTISHOT != 0 {
-        // Multishot commands post several completions, which this module does not support.
+    let multishot = unsafe { (*ioucmd).flags } & bindings::IORING_URING_CMD_MULTISHOT != 0;
+    if multishot && !F::HANDLES_MULTISHOT {
+        // Multishot commands post several completions, which the driver does not expect.
         return EINVAL.to_errno();
     }
 
@@ -1197,6 +1554,27 @@ pub(crate) unsafe fn dispatch_uring_cmd<F: CmdFile>(
     // SAFETY: `ioucmd` is a valid command that is being issued (for the first time, or again by
     // `reissue_trampoline`), which no `QueuedIoUringCmd` owns, so its pdu is ours to write.
     unsafe { (*ioucmd).pdu = [0; RAW_PDU_SIZE] };
+
+    if multishot {
+        // io_uring only accepts a multishot command that selects a buffer (`IOSQE_BUFFER_SELECT`),
+        // from the group that the SQE names. The SQE is only valid while the command is issued:
+        // keep the group where drivers do not write.
+        //
+        // SAFETY: `ioucmd` and its SQE are valid while the command is issued (io_uring copied the
+        // SQE if the command is issued again from task work). User space may write to the SQE
+        // concurrently, hence the volatile read.
+        let group =
+            unsafe { (&raw const (*(*ioucmd).sqe).__bindgen_anon_4.buf_group).read_volatile() };
+        // SAFETY: As above, the pdu is ours to write, and `BUF_GROUP_OFFSET` leaves room for a
+        // `u16` in it. The write is unaligned.
+        unsafe {
+            (&raw mut (*ioucmd).pdu)
+                .cast::<u8>()
+                .add(BUF_GROUP_OFFSET)
+                .cast::<u16>()
+                .write_unaligned(group)
+        };
+    }
 
     let mut queued = false;
     // INVARIANT:

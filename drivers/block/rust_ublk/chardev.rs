@@ -9,7 +9,9 @@
 //! ([`crate::usercopy`]).
 
 use crate::{
+    batch,
     device::{Server, UblkDevice},
+    features::F_BATCH_IO,
     io, iodesc,
     uapi::{self, IoCmd},
     usercopy::{self, UserIter},
@@ -46,6 +48,9 @@ pub(crate) fn register(dev: Arc<UblkDevice>) -> Result<Pin<KBox<MiscDeviceRegist
 impl MiscDevice for CharDev {
     type Ptr = Arc<UblkDevice>;
     type RegistrationData = Arc<UblkDevice>;
+
+    // `UBLK_U_IO_FETCH_IO_CMDS` of `UBLK_F_BATCH_IO`.
+    const URING_CMD_MULTISHOT: bool = true;
 
     fn open(_file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<Arc<UblkDevice>> {
         let dev = misc.data();
@@ -106,6 +111,13 @@ impl MiscDevice for CharDev {
             Ok(queued) => return Ok(queued.into()),
             Err(cmd) => cmd,
         };
+        if dev.flags & F_BATCH_IO != 0 {
+            return batch::uring_cmd(&dev, cmd, issue_flags);
+        }
+        // Only `UBLK_F_BATCH_IO` has a multishot command.
+        if cmd.is_multishot() {
+            return Err(EINVAL);
+        }
         let op = cmd.cmd_op();
         if !uapi::is_ublk_op(op) {
             return Err(EOPNOTSUPP);

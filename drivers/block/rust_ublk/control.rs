@@ -304,6 +304,9 @@ fn add_dev(ctl: &Control, header: &CtrlCmd) -> Result {
     if info.flags & F_NO_GET_DATA != 0 {
         info.flags &= !F_NEED_GET_DATA;
     }
+    if info.flags & F_BATCH_IO != 0 {
+        info.flags &= !F_NOT_WITH_BATCH_IO;
+    }
     info.io_desc_size = uapi::IO_DESC_SIZE as u16;
     info.state = uapi::S_DEV_DEAD;
     info.ublksrv_pid = -1;

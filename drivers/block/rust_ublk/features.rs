@@ -25,6 +25,7 @@ pub(crate) const F_IO_DESC_SIZE: u64 = u::UBLK_F_IO_DESC_SIZE as u64;
 pub(crate) const F_SUPPORT_RQ_AFFINITY: u64 = u::UBLK_F_SUPPORT_RQ_AFFINITY as u64;
 pub(crate) const F_SHMEM_ZC: u64 = u::UBLK_F_SHMEM_ZC as u64;
 pub(crate) const F_NO_AUTO_PART_SCAN: u64 = u::UBLK_F_NO_AUTO_PART_SCAN as u64;
+pub(crate) const F_BATCH_IO: u64 = u::UBLK_F_BATCH_IO as u64;
 
 /// The recovery flags, of which only some combinations make sense.
 pub(crate) const F_ALL_RECOVERY_FLAGS: u64 =
@@ -48,6 +49,7 @@ pub(crate) const F_ALL: u64 = F_SUPPORT_ZERO_COPY
     | F_BUF_REG_OFF_DAEMON
     | F_SHMEM_ZC
     | F_NO_AUTO_PART_SCAN
+    | F_BATCH_IO
     | F_SUPPORT_RQ_AFFINITY
     | if cfg!(CONFIG_BLK_DEV_INTEGRITY) {
         F_INTEGRITY
@@ -62,6 +64,10 @@ pub(crate) const F_ALL: u64 = F_SUPPORT_ZERO_COPY
 /// one thread, and any thread may register the data of a request as a buffer.
 pub(crate) const F_ALWAYS: u64 =
     F_CMD_IOCTL_ENCODE | F_URING_CMD_COMP_IN_TASK | F_PER_IO_DAEMON | F_BUF_REG_OFF_DAEMON;
+
+/// The flags that `UBLK_F_BATCH_IO` clears, as in the C driver: its io slots belong to no server
+/// thread, and its commit commands name the buffers of writes before they arrive.
+pub(crate) const F_NOT_WITH_BATCH_IO: u64 = F_PER_IO_DAEMON | F_NEED_GET_DATA;
 
 /// The flags that make `UBLK_F_NEED_GET_DATA` pointless, and that the driver clears it for: the
 /// data of a write does not go through a buffer that the server names.

@@ -71,6 +71,7 @@
 //! a hardware queue that the device does not have, which cannot happen).
 
 use crate::{
+    batch,
     chardev::Cmd,
     device::{Server, UblkDevice},
     iodesc::DescWriter,
@@ -108,23 +109,30 @@ pub(crate) struct Served {
     rq: ARef<Rq>,
     /// The bytes of the request that the server was told about: fewer than the request has if
     /// the data of a write could only be copied in part.
-    len: u32,
+    pub(crate) len: u32,
     /// Where the data lies in a buffer that the server registered, if it does, as the io
     /// descriptor gives it (`UBLK_IO_F_SHMEM_ZC`): the driver then copies none of it.
-    shmem: Option<u64>,
+    pub(crate) shmem: Option<u64>,
 }
 
 impl Served {
-    fn new(rq: ARef<Rq>) -> Self {
+    /// Takes the request that blk-mq queued, and looks for its data in the buffers that the
+    /// server registered (`UBLK_F_SHMEM_ZC`).
+    pub(crate) fn new(queue: &Queue, rq: ARef<Rq>) -> Self {
         let len = rq.nr_bytes();
         // INVARIANT: `rq` is the reference that blk-mq passed to `queue_rq` or that `queue_rqs`
         // took from its list. The driver only duplicates it to lend it, once the request is the
         // server's, through its io slot.
-        Self {
+        let mut served = Self {
             rq,
             len,
             shmem: None,
-        }
+        };
+        served.shmem = queue
+            .shmem
+            .as_ref()
+            .and_then(|table| shmem::find(table, &served));
+        served
     }
 
     /// Records the result of the request and ends it: inline, or through
@@ -132,7 +140,7 @@ impl Served {
     ///
     /// `error` is 0 or a negative errno; `bytes` is how much of the request the server
     /// transferred. The request must not be lent ([`Io::settle`] parks it if it is).
-    fn finish(self, queue: &Queue, error: i32, bytes: u32) {
+    pub(crate) fn finish(self, queue: &Queue, error: i32, bytes: u32) {
         self.record(error, bytes);
         self.end(queue);
     }
@@ -143,7 +151,7 @@ impl Served {
     }
 
     /// Ends the request with the result recorded, as [`Served::finish`] does.
-    fn end(self, queue: &Queue) {
+    pub(crate) fn end(self, queue: &Queue) {
         if queue.rq_affinity {
             Request::complete(self.rq);
         } else {
@@ -152,7 +160,7 @@ impl Served {
     }
 
     /// Gives the request back to blk-mq, which dispatches it again after [`REQUEUE_DELAY_MS`].
-    fn requeue(self) {
+    pub(crate) fn requeue(self) {
         // Only a request that the server does not own yet is requeued, and only those are lent:
         // by the type invariants, `rq` is the only reference, so this does not fail.
         warn_on!(Request::requeue(self.rq, REQUEUE_DELAY_MS).is_err());
@@ -190,6 +198,14 @@ pub(crate) enum IoState {
     /// The server owns the write, and was asked for the buffer of its data, which it names with
     /// `UBLK_U_IO_NEED_GET_DATA` (`UBLK_IO_FLAG_NEED_GET_DATA` in the C driver).
     NeedGetData(Served),
+    /// `UBLK_F_BATCH_IO`: the server offered the slot with `UBLK_U_IO_PREP_IO_CMDS` or
+    /// `UBLK_U_IO_COMMIT_IO_CMDS`, and it waits for a request (`UBLK_IO_FLAG_ACTIVE` in the C
+    /// driver). No command is kept for it: the queue's fetch commands deliver its requests
+    /// ([`crate::batch`]).
+    Prepared,
+    /// `UBLK_F_BATCH_IO`: the slot's request waits in its queue's event queue for a fetch
+    /// command to deliver its tag to the server ([`crate::batch`]).
+    Queued(Served),
 }
 
 /// An io slot.
@@ -201,23 +217,23 @@ pub(crate) enum IoState {
 /// - `lent > 0` while `parked` is `Some`, and the parked request is the slot's only request: it
 ///   keeps its tag, so no other request reaches the slot until it ends.
 pub(crate) struct Io {
-    state: IoState,
+    pub(crate) state: IoState,
     /// How many user copies borrow the slot's request ([`with_lent`]).
     lent: u32,
     /// The request, with its result recorded, that ended while user copies borrowed it: the last
     /// of them ends it. Meanwhile the request keeps its tag, so the slot gets no other.
     parked: Option<Served>,
     /// The server's buffer for the data of the slot's requests.
-    addr: u64,
+    pub(crate) addr: u64,
     /// Where the buffer of the slot's next request goes (`UBLK_F_AUTO_BUF_REG`).
-    auto_reg: AutoBufReg,
+    pub(crate) auto_reg: AutoBufReg,
     /// The ring that the buffer of the slot's request was registered with automatically, which
     /// the commit of the request unregisters it from if it comes through the same ring.
-    auto_registered: Option<RingId>,
+    pub(crate) auto_registered: Option<RingId>,
     /// The server thread that fetched the slot, the only one that may send its other commands.
     task: Option<ARef<Task>>,
     /// The writer of the slot's io descriptor.
-    desc: DescWriter,
+    pub(crate) desc: DescWriter,
 }
 
 impl Io {
@@ -234,7 +250,7 @@ impl Io {
         }
     }
 
-    fn take(&mut self) -> IoState {
+    pub(crate) fn take(&mut self) -> IoState {
         core::mem::replace(&mut self.state, IoState::Idle)
     }
 
@@ -301,7 +317,7 @@ impl Io {
 
     /// Records the result of `served`, and returns it to be ended now, unless user copies still
     /// borrow it: then it is parked, and the last copy ends it.
-    fn settle(&mut self, served: Served, error: i32, bytes: u32) -> Option<Served> {
+    pub(crate) fn settle(&mut self, served: Served, error: i32, bytes: u32) -> Option<Served> {
         served.record(error, bytes);
         // A slot has one request at a time, so none is parked yet.
         if self.lent == 0 || warn_on!(self.parked.is_some()) {
@@ -329,7 +345,7 @@ fn is_current(task: &Task) -> bool {
 }
 
 /// The pdu of the driver's commands: the queue and the tag of their io slot.
-fn pdu(q_id: u16, tag: u16) -> u32 {
+pub(crate) fn pdu(q_id: u16, tag: u16) -> u32 {
     (u32::from(q_id) << 16) | u32::from(tag)
 }
 
@@ -343,7 +359,7 @@ fn pdu_queue(pdu: u32) -> usize {
 
 /// Returns the io descriptor of `rq`, whose data goes to or comes from `addr`, unless it lies in
 /// a registered buffer.
-fn describe(rq: &Served, addr: u64) -> Option<IoDesc> {
+pub(crate) fn describe(rq: &Served, addr: u64) -> Option<IoDesc> {
     let mut op_flags = match rq.op() {
         ReqOp::Read => uapi::IO_OP_READ,
         ReqOp::Write => uapi::IO_OP_WRITE,
@@ -420,11 +436,7 @@ impl Batch<'_> {
 /// The request goes in `batch` if it can, or starts a new batch, and the one it replaces is
 /// submitted. The caller submits the last batch.
 pub(crate) fn dispatch<'a>(queue: &'a Arc<Queue>, rq: ARef<Rq>, batch: &mut Option<Batch<'a>>) {
-    let mut served = Served::new(rq);
-    served.shmem = queue
-        .shmem
-        .as_ref()
-        .and_then(|table| shmem::find(table, &served));
+    let served = Served::new(queue, rq);
     let Some(slot) = queue.slot(served.tag() as usize) else {
         return served.finish(queue, EIO.to_errno(), 0);
     };
@@ -624,49 +636,75 @@ fn deliver_registered(
     cmd: QueuedIoUringCmd,
     issue_flags: IssueFlags<'_>,
 ) {
-    let reg = io.auto_reg;
-    // INVARIANT: The slot counts this reference in `lent` until it is given back.
-    let rq = served.rq.clone();
-    io.lent += 1;
     // The server sends no command for the request before it learns about it, below.
     io.state = IoState::Delivering;
     drop(io);
 
-    let registered =
-        cmd.register_request_buffer::<DiskOps, BufRelease>(rq, reg.index.into(), issue_flags);
+    let registered = register_auto(slot, &served, &cmd, issue_flags);
 
     let mut io = slot.lock();
-    match registered {
-        Ok(()) => {
-            io.auto_registered = Some(cmd.ring());
-            io.state = IoState::Serving(served);
-            drop(io);
-            cmd.done(Ok(0), issue_flags);
+    if registered || io.need_reg_buf(&served) {
+        io.state = IoState::Serving(served);
+        drop(io);
+        cmd.done(Ok(0), issue_flags);
+    } else {
+        io.state = IoState::Fetched(cmd);
+        drop(io);
+        served.finish(queue, EIO.to_errno(), 0);
+    }
+}
+
+/// Registers the data of `served`, the request of `slot`, with the ring of `cmd` at the index
+/// that the slot names (`UBLK_F_AUTO_BUF_REG`), and returns whether that worked.
+///
+/// The slot, which the caller must not hold locked, lends the request to the buffer, and records
+/// the ring, which the commit of the request unregisters the buffer from.
+pub(crate) fn register_auto(
+    slot: &Slot,
+    served: &Served,
+    cmd: &QueuedIoUringCmd,
+    issue_flags: IssueFlags<'_>,
+) -> bool {
+    let index = {
+        let mut io = slot.lock();
+        io.lent += 1;
+        io.auto_reg.index
+    };
+    // INVARIANT: The slot counts this reference in `lent` until it is given back.
+    let rq = served.rq.clone();
+    let registered = cmd
+        .register_request_buffer::<DiskOps, BufRelease>(rq, index.into(), issue_flags)
+        .is_ok();
+    let mut io = slot.lock();
+    if registered {
+        io.auto_registered = Some(cmd.ring());
+    } else {
+        // The registration dropped the reference that it was lent, the only one: the request is
+        // not parked.
+        io.lent -= 1;
+    }
+    registered
+}
+
+impl Io {
+    /// After a failed automatic registration of the buffer of `served`, the slot's request:
+    /// returns whether the server registers it itself (`UBLK_AUTO_BUF_REG_FALLBACK`), and then
+    /// tells it so in the io descriptor (`UBLK_IO_F_NEED_REG_BUF`). Otherwise the request fails.
+    pub(crate) fn need_reg_buf(&mut self, served: &Served) -> bool {
+        if !self.auto_reg.fallback {
+            return false;
         }
-        Err(_) => {
-            // The registration dropped the reference that it was lent, the only one: the
-            // request is not parked.
-            io.lent -= 1;
-            if reg.fallback {
-                if let Some(mut desc) = describe(&served, io.addr) {
-                    desc.op_flags |= uapi::IO_F_NEED_REG_BUF;
-                    io.desc.write(&desc);
-                }
-                io.state = IoState::Serving(served);
-                drop(io);
-                cmd.done(Ok(0), issue_flags);
-            } else {
-                io.state = IoState::Fetched(cmd);
-                drop(io);
-                served.finish(queue, EIO.to_errno(), 0);
-            }
+        if let Some(mut desc) = describe(served, self.addr) {
+            desc.op_flags |= uapi::IO_F_NEED_REG_BUF;
+            self.desc.write(&desc);
         }
+        true
     }
 }
 
 /// How much of a write's data [`copy_write`] copied to the server's buffer.
 #[derive(Clone, Copy)]
-enum Copy {
+pub(crate) enum Copy {
     /// All of it.
     Whole,
     /// This many bytes, a whole number of sectors: a fault ended the copy.
@@ -679,7 +717,7 @@ enum Copy {
 
 /// Copies the data of the write `rq` to the server's buffer at `addr`, unless it lies in a
 /// registered buffer already.
-fn copy_write(rq: &Served, addr: u64) -> Copy {
+pub(crate) fn copy_write(rq: &Served, addr: u64) -> Copy {
     if rq.shmem.is_some() {
         return Copy::Whole;
     }
@@ -893,41 +931,7 @@ pub(crate) fn commit_and_fetch<'a>(
         io.auto_reg = auto_reg;
         (served, registered)
     };
-    let len = served.len;
-
-    let (error, bytes) = if io_cmd.result < 0 {
-        // Any negative value fails the request; one that is not an errno fails it with `EIO`.
-        let error = Error::try_from_errno(io_cmd.result).unwrap_or(EIO);
-        (error.to_errno(), 0)
-    } else if served.op() == ReqOp::Read && io_cmd.result == 0 {
-        // Nothing read fails the read.
-        (EIO.to_errno(), 0)
-    } else if !queue.copies_data() || served.shmem.is_some() {
-        // As in the C driver, a read or a write whose data the server copied itself, or reached
-        // through a registered buffer, ends whole.
-        (0, served.nr_bytes())
-    } else if served.op() == ReqOp::Read {
-        // CAST: `result` is not negative.
-        let len = (io_cmd.result as u32).min(len);
-        // A fault ends the copy; what was copied before it makes a short read.
-        let copied = UserSlice::new(UserPtr::from_addr(io_cmd.addr as usize), len as usize)
-            .with_iov_source(|src| served.copy_from_iter(0, src))
-            .and_then(|copied| copied)
-            .unwrap_or(0);
-        // CAST: `copied` is at most `len`, a `u32`.
-        let copied = copied as u32;
-        if copied == 0 {
-            (EIO.to_errno(), 0)
-        } else {
-            (0, copied)
-        }
-    } else if served.op() == ReqOp::Write {
-        // As in the C driver, the result of a write is not a byte count: the server wrote what
-        // it was told about, all of the request unless its data could only be copied in part.
-        (0, len)
-    } else {
-        (0, served.nr_bytes())
-    };
+    let (error, bytes) = commit_result(queue, &served, io_cmd.result, io_cmd.addr);
 
     // The buffer registered automatically goes, unless the server sent the commit through
     // another ring, as the C driver does: the server must then unregister it itself.
@@ -954,6 +958,46 @@ pub(crate) fn commit_and_fetch<'a>(
         fetch.done(Err(RES_ABORT), issue_flags);
     }
     Ok(queued.into())
+}
+
+/// Returns the result with which `served` ends, the server having committed it with `result`
+/// (`__ublk_complete_rq()`): 0 or a negative errno, and the bytes transferred. In copy mode, the
+/// data of a read is copied from the server's buffer at `addr`.
+pub(crate) fn commit_result(queue: &Queue, served: &Served, result: i32, addr: u64) -> (i32, u32) {
+    let len = served.len;
+    if result < 0 {
+        // Any negative value fails the request; one that is not an errno fails it with `EIO`.
+        let error = Error::try_from_errno(result).unwrap_or(EIO);
+        (error.to_errno(), 0)
+    } else if served.op() == ReqOp::Read && result == 0 {
+        // Nothing read fails the read.
+        (EIO.to_errno(), 0)
+    } else if !queue.copies_data() || served.shmem.is_some() {
+        // As in the C driver, a read or a write whose data the server copied itself, or reached
+        // through a registered buffer, ends whole.
+        (0, served.nr_bytes())
+    } else if served.op() == ReqOp::Read {
+        // CAST: `result` is not negative.
+        let len = (result as u32).min(len);
+        // A fault ends the copy; what was copied before it makes a short read.
+        let copied = UserSlice::new(UserPtr::from_addr(addr as usize), len as usize)
+            .with_iov_source(|src| served.copy_from_iter(0, src))
+            .and_then(|copied| copied)
+            .unwrap_or(0);
+        // CAST: `copied` is at most `len`, a `u32`.
+        let copied = copied as u32;
+        if copied == 0 {
+            (EIO.to_errno(), 0)
+        } else {
+            (0, copied)
+        }
+    } else if served.op() == ReqOp::Write {
+        // As in the C driver, the result of a write is not a byte count: the server wrote what
+        // it was told about, all of the request unless its data could only be copied in part.
+        (0, len)
+    } else {
+        (0, served.nr_bytes())
+    }
 }
 
 /// `UBLK_U_IO_NEED_GET_DATA`: the server names the buffer for the data of a write that it was
@@ -1029,6 +1073,9 @@ pub(crate) fn cancel(dev: &UblkDevice, cmd: IoUringCmdCancel<'_>, issue_flags: I
         return;
     };
     queue.fail_requests();
+    if pdu_tag(pdu) == batch::FETCH_TAG.into() {
+        return batch::cancel(queue, &cmd, issue_flags);
+    }
     let Some(slot) = queue.slot(pdu_tag(pdu)) else {
         return;
     };
@@ -1066,6 +1113,7 @@ pub(crate) fn abort_all(dev: &UblkDevice) -> bool {
                 served.end(queue);
             }
         }
+        batch::abort(queue);
     }
     any_lent(dev)
 }
@@ -1085,6 +1133,7 @@ pub(crate) fn reset_all(dev: &UblkDevice) {
             // The task reference is not put under the lock.
             let task = slot.lock().task.take();
             drop(task);
+            batch::reset(slot);
         }
     }
 }
@@ -1103,5 +1152,6 @@ pub(crate) fn stop_all(dev: &UblkDevice) {
                 other => io.state = other,
             }
         }
+        batch::stop(queue);
     }
 }

@@ -8,9 +8,10 @@
 //! mapping before the device is started.
 
 use crate::{
+    batch::{self, EventQueue},
     features::{
-        F_AUTO_BUF_REG, F_NEED_GET_DATA, F_SHMEM_ZC, F_SUPPORT_RQ_AFFINITY, F_SUPPORT_ZERO_COPY,
-        F_USER_COPY,
+        F_AUTO_BUF_REG, F_BATCH_IO, F_NEED_GET_DATA, F_SHMEM_ZC, F_SUPPORT_RQ_AFFINITY,
+        F_SUPPORT_ZERO_COPY, F_USER_COPY,
     },
     io::{self, Io},
     iodesc::{self, DescPages},
@@ -115,6 +116,9 @@ pub(crate) struct Queue {
     pub(crate) shmem: Option<Arc<shmem::Table>>,
     /// The io descriptors, as the server maps them.
     pub(crate) desc_pages: Arc<DescPages>,
+    /// The tags of the requests that wait for the server's fetch commands, and those commands
+    /// (`UBLK_F_BATCH_IO`).
+    pub(crate) events: Option<Pin<KBox<EventQueue>>>,
     /// Whether the queue is served.
     state: Atomic<QueueState>,
     /// The io slots, one per tag.
@@ -131,6 +135,11 @@ impl Queue {
                 GFP_KERNEL,
             )?;
         }
+        let events = if flags & F_BATCH_IO != 0 {
+            Some(KBox::pin_init(batch::new_events(depth)?, GFP_KERNEL)?)
+        } else {
+            None
+        };
         Ok(Arc::new(
             Self {
                 rq_affinity: flags & F_SUPPORT_RQ_AFFINITY != 0,
@@ -140,6 +149,7 @@ impl Queue {
                 auto_buf_reg: flags & F_AUTO_BUF_REG != 0,
                 shmem,
                 desc_pages,
+                events,
                 state: Atomic::new(QueueState::Serving),
                 slots,
             },
@@ -252,8 +262,12 @@ impl mq::Operations for DiskOps {
         })
     }
 
-    fn queue_rq(queues: ArcBorrow<'_, Queues>, rq: ARef<Rq>, _is_last: bool) -> Result {
+    fn queue_rq(queues: ArcBorrow<'_, Queues>, rq: ARef<Rq>, is_last: bool) -> Result {
         let queue = queues.get(rq.queue_index() as usize)?;
+        if queue.events.is_some() {
+            batch::queue_rq(queue, rq, is_last);
+            return Ok(());
+        }
         let mut batch = None;
         io::dispatch(queue, rq, &mut batch);
         if let Some(batch) = batch {
@@ -267,6 +281,7 @@ impl mq::Operations for DiskOps {
         let mut batch = None;
         for rq in rqs {
             match queues.get(rq.queue_index() as usize) {
+                Ok(queue) if queue.events.is_some() => batch::queue_rq(queue, rq, false),
                 Ok(queue) => io::dispatch(queue, rq, &mut batch),
                 // The tag set has a hardware queue per ublk queue.
                 Err(e) => {
@@ -279,9 +294,18 @@ impl mq::Operations for DiskOps {
         if let Some(batch) = batch {
             batch.submit();
         }
+        // The tags queued above go to the server's fetch commands.
+        for queue in queues.iter() {
+            batch::kick(queue);
+        }
     }
 
-    fn commit_rqs(_queues: ArcBorrow<'_, Queues>) {}
+    fn commit_rqs(queues: ArcBorrow<'_, Queues>) {
+        // blk-mq does not say which hardware queue it means.
+        for queue in queues.iter() {
+            batch::kick(queue);
+        }
+    }
 
     fn complete(rq: ARef<Rq>) {
         io::end_request(rq);

@@ -56,10 +56,14 @@
 //!    and their task work, by user copies (`read_iter`/`write_iter` of any server thread) and
 //!    buffer registrations, by io_uring's release of a registered buffer (process context, with
 //!    that ring's lock), and by cancellation and teardown, which visit the slots one at a time.
-//!    Innermost: under it, commands are only handed to task work
-//!    (`io_uring_cmd_complete_in_task()`, which takes none of these locks); they are completed,
-//!    buffers registered or unregistered, user memory copied, requests ended and task references
-//!    put after it is dropped. No two slot locks are held at once.
+//!    Under it, commands are only handed to task work (`io_uring_cmd_complete_in_task()`, which
+//!    takes none of these locks); they are completed, buffers registered or unregistered, user
+//!    memory copied, requests ended and task references put after it is dropped. No two slot
+//!    locks are held at once.
+//! 8. [`batch::EventQueue`] (spinlock, one per queue of a device with `UBLK_F_BATCH_IO`): the tags
+//!    of the requests that wait for the server's fetch commands, and those commands. Taken under
+//!    a slot lock to queue the tag of its request, or alone; innermost: nothing is completed,
+//!    handed to task work or copied under it.
 
 use kernel::{
     miscdevice::{
@@ -69,6 +73,7 @@ use kernel::{
     prelude::*, //
 };
 
+mod batch;
 mod chardev;
 mod control;
 mod device;

@@ -9,7 +9,7 @@
 
 use core::mem::{offset_of, size_of};
 use kernel::{
-    ioctl::{_IOC_NR, _IOC_TYPE, _IOR},
+    ioctl::{_IOC_NR, _IOC_TYPE, _IOR, _IOWR},
     uapi as u,
 };
 
@@ -77,6 +77,18 @@ pub(crate) const IO_NEED_GET_DATA: u32 = u::UBLK_IO_NEED_GET_DATA;
 // See the newer control commands above.
 pub(crate) const IO_REGISTER_IO_BUF: u32 = 0x23;
 pub(crate) const IO_UNREGISTER_IO_BUF: u32 = 0x24;
+const IO_PREP_IO_CMDS: u32 = 0x25;
+const IO_COMMIT_IO_CMDS: u32 = 0x26;
+const IO_FETCH_IO_CMDS: u32 = 0x27;
+
+// The io commands of devices with `UBLK_F_BATCH_IO`, which the C driver recognizes by their full
+// encoding only.
+pub(crate) const U_IO_REGISTER_IO_BUF: u32 = _IOWR::<u::ublksrv_io_cmd>(CTRL, IO_REGISTER_IO_BUF);
+pub(crate) const U_IO_UNREGISTER_IO_BUF: u32 =
+    _IOWR::<u::ublksrv_io_cmd>(CTRL, IO_UNREGISTER_IO_BUF);
+pub(crate) const U_IO_PREP_IO_CMDS: u32 = _IOWR::<u::ublk_batch_io>(CTRL, IO_PREP_IO_CMDS);
+pub(crate) const U_IO_COMMIT_IO_CMDS: u32 = _IOWR::<u::ublk_batch_io>(CTRL, IO_COMMIT_IO_CMDS);
+pub(crate) const U_IO_FETCH_IO_CMDS: u32 = _IOWR::<u::ublk_batch_io>(CTRL, IO_FETCH_IO_CMDS);
 
 // Operations of I/O descriptors and their flags.
 pub(crate) const IO_OP_READ: u32 = u::UBLK_IO_OP_READ;
@@ -387,5 +399,82 @@ impl DevInfo {
         self.owner_uid.put(&mut b, offset_of!(I, owner_uid));
         self.owner_gid.put(&mut b, offset_of!(I, owner_gid));
         b
+    }
+}
+
+/// Size of `struct ublk_batch_io`, the payload of the batch io commands.
+pub(crate) const BATCH_IO_SIZE: usize = size_of::<u::ublk_batch_io>();
+/// Size of `struct ublk_elem_header`, which starts each element of a batch io command.
+pub(crate) const ELEM_HEADER_SIZE: usize = size_of::<u::ublk_elem_header>();
+
+// CAST: The flags are `u32` constants in the bindings of a `__u16` field.
+pub(crate) const BATCH_F_HAS_ZONE_LBA: u16 = u::UBLK_BATCH_F_HAS_ZONE_LBA as u16;
+pub(crate) const BATCH_F_HAS_BUF_ADDR: u16 = u::UBLK_BATCH_F_HAS_BUF_ADDR as u16;
+pub(crate) const BATCH_F_AUTO_BUF_REG_FALLBACK: u16 = u::UBLK_BATCH_F_AUTO_BUF_REG_FALLBACK as u16;
+/// Every flag of a batch io command (`UBLK_BATCH_F_ALL` of the C driver).
+pub(crate) const BATCH_F_ALL: u16 =
+    BATCH_F_HAS_ZONE_LBA | BATCH_F_HAS_BUF_ADDR | BATCH_F_AUTO_BUF_REG_FALLBACK;
+
+/// `struct ublk_batch_io`, the payload of `UBLK_U_IO_PREP_IO_CMDS`, `UBLK_U_IO_COMMIT_IO_CMDS`
+/// and `UBLK_U_IO_FETCH_IO_CMDS`. Its reserved fields are not checked, as in the C driver.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BatchIo {
+    pub(crate) q_id: u16,
+    pub(crate) flags: u16,
+    pub(crate) nr_elem: u16,
+    pub(crate) elem_bytes: u8,
+}
+
+impl BatchIo {
+    pub(crate) fn parse(b: &[u8; BATCH_IO_SIZE]) -> Self {
+        Self {
+            q_id: u16_at(b, offset_of!(u::ublk_batch_io, q_id)),
+            flags: u16_at(b, offset_of!(u::ublk_batch_io, flags)),
+            nr_elem: u16_at(b, offset_of!(u::ublk_batch_io, nr_elem)),
+            elem_bytes: b[offset_of!(u::ublk_batch_io, elem_bytes)],
+        }
+    }
+
+    /// Returns the size of each element that the flags call for: a `struct ublk_elem_header`,
+    /// then the buffer address and the zone LBA if the flags say they are there.
+    pub(crate) fn expected_elem_bytes(&self) -> usize {
+        let mut bytes = ELEM_HEADER_SIZE;
+        if self.flags & BATCH_F_HAS_BUF_ADDR != 0 {
+            bytes += size_of::<u64>();
+        }
+        if self.flags & BATCH_F_HAS_ZONE_LBA != 0 {
+            bytes += size_of::<u64>();
+        }
+        bytes
+    }
+}
+
+/// An element of `UBLK_U_IO_PREP_IO_CMDS` or `UBLK_U_IO_COMMIT_IO_CMDS`: a
+/// `struct ublk_elem_header`, then the buffer address if the command has
+/// `UBLK_BATCH_F_HAS_BUF_ADDR` (the zone LBA, which may follow, is for zoned devices only).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Elem {
+    pub(crate) tag: u16,
+    /// The index of the buffer registered automatically (`UBLK_F_AUTO_BUF_REG`).
+    pub(crate) buf_index: u16,
+    pub(crate) result: i32,
+    /// The buffer address, 0 if the command has none.
+    pub(crate) buf_addr: u64,
+}
+
+impl Elem {
+    /// Decodes an element of a command with the header `hdr`, whose element size was checked.
+    pub(crate) fn parse(b: &[u8], hdr: &BatchIo) -> Self {
+        let buf_addr = if hdr.flags & BATCH_F_HAS_BUF_ADDR != 0 {
+            u64_at(b, ELEM_HEADER_SIZE)
+        } else {
+            0
+        };
+        Self {
+            tag: u16_at(b, offset_of!(u::ublk_elem_header, tag)),
+            buf_index: u16_at(b, offset_of!(u::ublk_elem_header, buf_index)),
+            result: i32_at(b, offset_of!(u::ublk_elem_header, result)),
+            buf_addr,
+        }
     }
 }

@@ -6,7 +6,7 @@ use io_uring::{opcode, squeue, types};
 use std::fs::File;
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
-use ublk_uapi::{UblksrvCtrlCmd, UBLK_U_CMD_DEL_DEV};
+use ublk_uapi::{UblksrvCtrlCmd, UBLK_U_CMD_DEL_DEV, UBLK_U_CMD_GET_FEATURES};
 
 use crate::ring::{Got, Ring, WAIT};
 
@@ -88,6 +88,16 @@ impl Ctrl {
             Got::Res(r) => Ok(r),
             Got::Pending => bail!("control command {op:#x} did not complete in {WAIT:?}"),
         }
+    }
+
+    /// The driver's feature flags (GET_FEATURES).
+    pub fn features(&mut self) -> Result<u64> {
+        let mut f = 0u64;
+        let r = self.cmd(UBLK_U_CMD_GET_FEATURES, &with_buf(hdr(0), &mut f))?;
+        if r < 0 {
+            bail!("GET_FEATURES failed: {}", crate::errno::show(Got::Res(r)));
+        }
+        Ok(f)
     }
 
     /// Deletes device `id`. A device created unprivileged wants its char

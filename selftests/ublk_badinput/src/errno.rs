@@ -8,6 +8,7 @@ const NAMES: &[(i32, &str)] = &[
     (libc::EINTR, "EINTR"),
     (libc::EIO, "EIO"),
     (libc::ENXIO, "ENXIO"),
+    (libc::E2BIG, "E2BIG"),
     (libc::EBADF, "EBADF"),
     (libc::EAGAIN, "EAGAIN"),
     (libc::ENOMEM, "ENOMEM"),

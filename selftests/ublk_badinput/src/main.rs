@@ -5,6 +5,7 @@
 //!
 //! Usage: ublk_badinput [--list] [SUBSTRING...]
 
+mod batch;
 mod cases;
 mod chardev;
 mod child;
@@ -66,13 +67,18 @@ fn main() -> ExitCode {
         println!("# SKIP {CONTROL} does not exist (no ublk driver loaded)");
         return ExitCode::from(KSFT_SKIP);
     }
-    let ctrl = match Ctrl::open() {
+    let mut ctrl = match Ctrl::open() {
         Ok(c) => c,
         Err(e) => {
             println!("# {e:#}");
             return ExitCode::from(KSFT_FAIL);
         }
     };
+    // Cases that need a feature the driver lacks are skipped.
+    let features = ctrl.features().unwrap_or_else(|e| {
+        println!("# {e:#}: cases that need a feature are skipped");
+        0
+    });
     // The C driver is held to the known bugs the table names.
     let c_driver = std::path::Path::new("/sys/module/ublk_drv").exists();
     let mut env = Env::new(ctrl);
@@ -80,8 +86,14 @@ fn main() -> ExitCode {
     println!("KTAP version 1");
     println!("1..{}", selected.len());
     let mut failed = 0;
+    let mut skipped = 0;
     for (i, case) in selected.iter().enumerate() {
         let n = i + 1;
+        if let Some(why) = cases::skip_reason(case, features) {
+            skipped += 1;
+            println!("ok {n} {} # SKIP {why}", case.name);
+            continue;
+        }
         let got = (case.run)(&mut env);
         let leftovers = env.cleanup();
         let (expect, bug) = match case.c_bug {
@@ -101,8 +113,8 @@ fn main() -> ExitCode {
         }
     }
     println!(
-        "# {} passed, {failed} failed in {:.1}s",
-        selected.len() - failed,
+        "# {} passed, {failed} failed, {skipped} skipped in {:.1}s",
+        selected.len() - failed - skipped,
         start.elapsed().as_secs_f64()
     );
     if failed == 0 {

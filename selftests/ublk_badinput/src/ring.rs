@@ -1,11 +1,15 @@
 //! io_uring plumbing: submit one entry, wait for its completion with a
 //! timeout. A command the driver accepted and queued (e.g. a FETCH_REQ)
 //! never completes on its own; it shows up as [`Got::Pending`] and is
-//! cancelled when the ring is dropped.
+//! cancelled when the ring is dropped. A ring can hold provided buffers, for
+//! multishot commands to write into.
 
 use anyhow::{bail, Context, Result};
 use io_uring::{cqueue, squeue, types, IoUring};
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
+
+use crate::chardev::{self, Mapping};
 
 /// What a probe returned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,9 +27,70 @@ pub const PEEK: Duration = Duration::from_millis(300);
 
 pub struct Ring<S: squeue::EntryMarker> {
     ring: IoUring<S, cqueue::Entry>,
+    /// Dropped after `ring`, which may still write into them until then.
+    provided: Vec<Provided>,
     next: u64,
     /// Completions that arrived while waiting for another one.
     early: Vec<(u64, i32)>,
+}
+
+/// A provided-buffer ring (`IORING_REGISTER_PBUF_RING`) of one buffer: the
+/// buffer group a multishot command with `IOSQE_BUFFER_SELECT` writes into.
+/// The buffer is used up by the first completion that carries data.
+struct Provided {
+    group: u16,
+    /// The page-aligned ring of one `struct io_uring_buf`.
+    ring: Mapping,
+    buf: Mapping,
+    len: usize,
+}
+
+// SAFETY: the two mappings are owned: no other value points into them, and
+// unmapping them from another thread is fine.
+unsafe impl Send for Provided {}
+
+impl Provided {
+    /// The ring and the buffer, with entry 0 filled in but not published.
+    fn new(group: u16, len: usize) -> Result<Self> {
+        let anon = |len| {
+            chardev::mmap(
+                -1,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                0,
+            )
+            .map_err(|e| {
+                anyhow::anyhow!("mmap of {len} bytes: {}", crate::errno::show(Got::Res(e)))
+            })
+        };
+        let ring = anon(chardev::page_size())?;
+        let buf = anon(len)?;
+        let entry = ring.addr().cast::<types::BufRingEntry>();
+        // SAFETY: entry 0 lies in the fresh, writable page, ours alone.
+        unsafe {
+            (*entry).set_addr(buf.addr() as u64);
+            (*entry).set_len(len as u32);
+            (*entry).set_bid(0);
+        }
+        Ok(Provided {
+            group,
+            ring,
+            buf,
+            len,
+        })
+    }
+
+    /// Publishes entry 0 to the kernel: the ring's tail becomes 1.
+    fn publish(&self) {
+        let entry = self.ring.addr().cast::<types::BufRingEntry>();
+        // SAFETY: the tail is the `resv` field of entry 0 of our page, a
+        // u16 that only this side writes; the kernel reads it with acquire.
+        unsafe {
+            let tail = types::BufRingEntry::tail(entry).cast_mut();
+            AtomicU16::from_ptr(tail).store(1, Ordering::Release);
+        }
+    }
 }
 
 impl<S: squeue::EntryMarker> Ring<S> {
@@ -35,6 +100,7 @@ impl<S: squeue::EntryMarker> Ring<S> {
             .context("io_uring_setup")?;
         Ok(Ring {
             ring,
+            provided: Vec::new(),
             next: 1,
             early: Vec::new(),
         })
@@ -97,6 +163,42 @@ impl<S: squeue::EntryMarker> Ring<S> {
             .submitter()
             .register_buffers_sparse(nr)
             .context("io_uring_register(REGISTER_BUFFERS2, sparse)")
+    }
+
+    /// Registers buffer group `group`: one provided buffer of `len` bytes.
+    pub fn provide_buffer(&mut self, group: u16, len: usize) -> Result<()> {
+        let p = Provided::new(group, len)?;
+        // SAFETY: the ring's memory is kept in `self.provided`, which is
+        // dropped after the io_uring instance.
+        unsafe {
+            self.ring
+                .submitter()
+                .register_buf_ring_with_flags(p.ring.addr() as u64, 1, group, 0)
+        }
+        .context("io_uring_register(REGISTER_PBUF_RING)")?;
+        p.publish();
+        self.provided.push(p);
+        Ok(())
+    }
+
+    /// The first `n` native-endian u16 of the buffer of group `group`, as a
+    /// completion that selected it left them.
+    pub fn provided_u16s(&self, group: u16, n: usize) -> Result<Vec<u16>> {
+        let Some(p) = self.provided.iter().find(|p| p.group == group) else {
+            bail!("no provided buffer in group {group}");
+        };
+        if n * 2 > p.len {
+            bail!(
+                "{n} u16 do not fit the {}-byte buffer of group {group}",
+                p.len
+            );
+        }
+        let base = p.buf.addr().cast::<u16>();
+        // SAFETY: `n` u16 lie within the mapping; the kernel wrote them
+        // before posting the completion the caller waited for.
+        Ok((0..n)
+            .map(|i| unsafe { std::ptr::read_volatile(base.add(i)) })
+            .collect())
     }
 
     /// Submits `sqe` and waits up to `wait` for its completion.

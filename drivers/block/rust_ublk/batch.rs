@@ -1,0 +1,843 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Batch io (`UBLK_F_BATCH_IO`): the server handles the io slots of a queue in batches, with three
+//! commands instead of one per slot.
+//!
+//! - `UBLK_U_IO_PREP_IO_CMDS` offers a set of io slots, named in an array of elements, for their
+//!   first requests ([`prep`]): each becomes [`IoState::Prepared`].
+//! - `UBLK_U_IO_FETCH_IO_CMDS` is a multishot command ([`MultishotCmd`]) that stays with the
+//!   queue: each time requests arrive, it completes once more, with the tags of their io slots
+//!   written to a buffer that the server provided ([`fetch`], [`deliver`]).
+//! - `UBLK_U_IO_COMMIT_IO_CMDS` reports the results of a set of requests, and offers their io
+//!   slots again ([`commit`]).
+//!
+//! # The event queue
+//!
+//! A request that blk-mq queues ([`queue_rq`]) makes its io slot [`IoState::Queued`], and its tag
+//! goes to the queue's event queue ([`Events`]): a ring of tags, and the fetch commands of the
+//! server waiting to deliver them. One fetch command at a time is *active*: it is taken out of
+//! the event queue, and delivers tags in the server's task until none is left, then goes back.
+//! The tag of an io slot is in the event queue exactly while the slot is queued, so the ring
+//! never holds more tags than the queue has slots.
+//!
+//! Delivering a tag makes its slot [`IoState::Delivering`], copies the data of a write to the
+//! server's buffer (copy mode) or registers the request's data with the fetch command's ring
+//! (`UBLK_F_AUTO_BUF_REG`), and then makes the slot [`IoState::Serving`]: from there on, user
+//! copies, `UBLK_U_IO_REGISTER_IO_BUF` and the commit work as without batch io. A tag whose
+//! completion cannot be posted goes back to the event queue.
+//!
+//! # Locks
+//!
+//! The event queue has its own lock, innermost: `queue_rq` takes it under the lock of the
+//! request's io slot, so that a tag is queued with its slot; no slot lock is taken under it.
+
+use crate::{
+    chardev::Cmd,
+    device::{Server, UblkDevice},
+    io::{self, Copy, IoState, Served},
+    queue::{Queue, QueueState, Rq, Slot},
+    uapi::{self, AutoBufReg, BatchIo, Elem, IoCmd},
+    zerocopy,
+};
+use kernel::{
+    alloc::kvec::InsertError,
+    block::{ReqOp, SECTOR_SHIFT},
+    current,
+    io_uring::{IoUringCmdCancel, IssueFlags, Issued, MultishotCmd, QueuedIoUringCmd},
+    new_spinlock,
+    prelude::*,
+    sync::{aref::ARef, Arc, SpinLock},
+    uaccess::{UserPtr, UserSlice},
+    warn_on,
+};
+
+/// The result with which the driver completes the server's commands when the device goes away
+/// (`UBLK_IO_RES_ABORT`).
+const RES_ABORT: Error = ENODEV;
+
+/// The most tags that one completion of a fetch command reports, as in the C driver.
+const MAX_TAGS_PER_CQE: usize = 128;
+
+/// How many rounds of tags one task work of a fetch command delivers before it lets the server's
+/// task run (the C driver's bound).
+const MAX_ROUNDS: u32 = 32;
+
+/// The elements of a commit are read from user memory in chunks of this many bytes, a multiple of
+/// every element size, as in the C driver (`UBLK_CMD_BATCH_TMP_BUF_SZ`).
+const COMMIT_CHUNK: usize = 480;
+
+/// The tag that the pdu of a fetch command names: fetch commands belong to a queue, not a slot.
+pub(crate) const FETCH_TAG: u16 = u16::MAX;
+
+/// The tags of a queue's requests that wait for a fetch command, in order.
+struct TagRing {
+    tags: KVec<u16>,
+    head: usize,
+    len: usize,
+}
+
+impl TagRing {
+    fn new(depth: u16) -> Result<Self> {
+        let mut tags = KVec::with_capacity(depth.into(), GFP_KERNEL)?;
+        for _ in 0..depth {
+            tags.push(0, GFP_KERNEL)?;
+        }
+        Ok(Self {
+            tags,
+            head: 0,
+            len: 0,
+        })
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Adds `tag` at the end; a ring that is full already (which a queue cannot make) keeps it
+    /// out and says so.
+    fn push(&mut self, tag: u16) -> bool {
+        let cap = self.tags.len();
+        if warn_on!(self.len == cap) {
+            return false;
+        }
+        self.tags[(self.head + self.len) % cap] = tag;
+        self.len += 1;
+        true
+    }
+
+    fn pop(&mut self) -> Option<u16> {
+        if self.len == 0 {
+            return None;
+        }
+        let tag = self.tags[self.head];
+        self.head = (self.head + 1) % self.tags.len();
+        self.len -= 1;
+        Some(tag)
+    }
+
+    fn clear(&mut self) {
+        self.head = 0;
+        self.len = 0;
+    }
+}
+
+/// The event queue of a queue of a device with `UBLK_F_BATCH_IO` (see the module documentation).
+pub(crate) struct Events {
+    /// The tags of the queued io slots.
+    tags: TagRing,
+    /// The fetch commands that wait for tags; the first one is the next to become active.
+    idle: KVec<MultishotCmd>,
+    /// Whether a fetch command is active: taken out of `idle` to deliver tags.
+    active: bool,
+}
+
+/// The event queue, under its lock.
+pub(crate) type EventQueue = SpinLock<Events>;
+
+/// Returns the initializer of the event queue of a queue of `depth` io slots.
+pub(crate) fn new_events(depth: u16) -> Result<impl PinInit<EventQueue>> {
+    let events = Events {
+        tags: TagRing::new(depth)?,
+        idle: KVec::new(),
+        active: false,
+    };
+    Ok(new_spinlock!(events, "ublk_batch_events"))
+}
+
+impl Events {
+    /// Makes the first idle fetch command active and returns it, if tags wait and no fetch
+    /// command is active.
+    fn acquire(&mut self) -> Option<MultishotCmd> {
+        if self.active || self.tags.is_empty() || self.idle.is_empty() {
+            return None;
+        }
+        let fcmd = self.idle.remove(0).ok()?;
+        self.active = true;
+        Some(fcmd)
+    }
+
+    /// Keeps `fcmd` to wait for tags: first in line if `front`, last otherwise. Gives it back if
+    /// there is no memory for it.
+    fn park(&mut self, fcmd: MultishotCmd, front: bool) -> Result<(), MultishotCmd> {
+        if self.idle.reserve(1, GFP_ATOMIC).is_err() {
+            return Err(fcmd);
+        }
+        let at = if front { 0 } else { self.idle.len() };
+        self.idle
+            .insert_within_capacity(at, fcmd)
+            .map_err(|err| match err {
+                InsertError::IndexOutOfBounds(fcmd) | InsertError::OutOfCapacity(fcmd) => fcmd,
+            })
+    }
+}
+
+/// Returns the event queue of `queue`, which a queue of a device with `UBLK_F_BATCH_IO` has.
+fn events(queue: &Queue) -> Result<&EventQueue> {
+    queue.events.as_deref().ok_or(EINVAL)
+}
+
+/// The io commands of a device with `UBLK_F_BATCH_IO`, in the C driver's order: the three batch
+/// commands by their full encoding; of the others, `UBLK_U_IO_UNREGISTER_IO_BUF`, then the queue
+/// and the tag are checked, then only `UBLK_U_IO_REGISTER_IO_BUF` is taken.
+pub(crate) fn uring_cmd<'a>(
+    dev: &UblkDevice,
+    cmd: Cmd<'a>,
+    issue_flags: IssueFlags<'a>,
+) -> Result<Issued<'a>> {
+    let op = cmd.cmd_op();
+    if let uapi::U_IO_PREP_IO_CMDS | uapi::U_IO_COMMIT_IO_CMDS | uapi::U_IO_FETCH_IO_CMDS = op {
+        let hdr = BatchIo::parse(&cmd.read_cmd::<[u8; uapi::BATCH_IO_SIZE]>()?);
+        return match op {
+            uapi::U_IO_PREP_IO_CMDS => prep(dev, &cmd, &hdr),
+            uapi::U_IO_COMMIT_IO_CMDS => commit(dev, &cmd, issue_flags, &hdr),
+            _ => fetch(dev, cmd, issue_flags, &hdr),
+        };
+    }
+
+    let io_cmd = IoCmd::parse(&cmd.read_cmd::<[u8; uapi::IO_CMD_SIZE]>()?);
+    if op == uapi::U_IO_UNREGISTER_IO_BUF {
+        return zerocopy::unregister_io_buf(dev, &cmd, issue_flags, &io_cmd);
+    }
+    io::slot_of(dev, &io_cmd)?;
+    if op != uapi::U_IO_REGISTER_IO_BUF {
+        return Err(EOPNOTSUPP);
+    }
+    zerocopy::register_io_buf(dev, &cmd, issue_flags, &io_cmd)
+}
+
+/// Checks the header of `UBLK_U_IO_PREP_IO_CMDS` and `UBLK_U_IO_COMMIT_IO_CMDS`
+/// (`ublk_check_batch_cmd()`), and returns the queue that it names.
+fn check_header<'a>(dev: &'a UblkDevice, hdr: &BatchIo) -> Result<&'a Arc<Queue>> {
+    let queue = dev.queues.get(hdr.q_id.into())?;
+    if hdr.nr_elem > dev.depth {
+        return Err(E2BIG);
+    }
+    // No zoned devices: no zone LBA.
+    if hdr.flags & uapi::BATCH_F_HAS_ZONE_LBA != 0 {
+        return Err(EINVAL);
+    }
+    // Only in copy mode do the commands name buffers.
+    if hdr.flags & uapi::BATCH_F_HAS_BUF_ADDR != 0 && !queue.copies_data() {
+        return Err(EINVAL);
+    }
+    if hdr.flags & uapi::BATCH_F_AUTO_BUF_REG_FALLBACK != 0 && !queue.auto_buf_reg {
+        return Err(EINVAL);
+    }
+    if hdr.flags & !uapi::BATCH_F_ALL != 0 {
+        return Err(EINVAL);
+    }
+    // The fallback comes with a buffer index, not an address.
+    if hdr.flags & uapi::BATCH_F_AUTO_BUF_REG_FALLBACK != 0
+        && hdr.flags & uapi::BATCH_F_HAS_BUF_ADDR != 0
+    {
+        return Err(EINVAL);
+    }
+    if usize::from(hdr.elem_bytes) != hdr.expected_elem_bytes() {
+        return Err(EINVAL);
+    }
+    Ok(queue)
+}
+
+/// Returns the buffer that an element names for its io slot's next request, in the form that the
+/// slot keeps it (see [`io::buf_addr`]), with where the buffer goes on a device with
+/// `UBLK_F_AUTO_BUF_REG`; `EINVAL` if a device in copy mode gets no buffer.
+fn elem_buf(queue: &Queue, hdr: &BatchIo, elem: &Elem) -> Result<(u64, AutoBufReg)> {
+    if queue.auto_buf_reg {
+        let reg = AutoBufReg {
+            index: elem.buf_index,
+            fallback: hdr.flags & uapi::BATCH_F_AUTO_BUF_REG_FALLBACK != 0,
+        };
+        Ok((reg.to_sqe_addr(), reg))
+    } else if queue.copies_data() && elem.buf_addr == 0 {
+        Err(EINVAL)
+    } else {
+        Ok((elem.buf_addr, AutoBufReg::default()))
+    }
+}
+
+/// Returns the io slot that an element names.
+fn elem_slot<'a>(dev: &UblkDevice, queue: &'a Queue, elem: &Elem) -> Result<&'a Slot> {
+    if elem.tag >= dev.depth {
+        return Err(EINVAL);
+    }
+    queue.slot(elem.tag.into()).ok_or(EINVAL)
+}
+
+/// `UBLK_U_IO_PREP_IO_CMDS`: the server offers io slots for their first requests.
+///
+/// As in the C driver, the elements are taken in order; at the first that fails, those taken
+/// before it are given back, and the command fails with that element's errno.
+fn prep<'a>(dev: &UblkDevice, cmd: &Cmd<'a>, hdr: &BatchIo) -> Result<Issued<'a>> {
+    let queue = check_header(dev, hdr)?;
+    if hdr.nr_elem == 0 {
+        return Ok(Issued::Done(0));
+    }
+    let elem_bytes = usize::from(hdr.elem_bytes);
+    let total = usize::from(hdr.nr_elem) * elem_bytes;
+    let mut elems = KVVec::new();
+    UserSlice::new(UserPtr::from_addr(cmd.sqe_addr() as usize), total)
+        .read_all(&mut elems, GFP_KERNEL)?;
+
+    // Serializes the offers of io slots, and counts them for `UBLK_U_CMD_START_DEV`.
+    let mut state = dev.state.lock();
+    let mut done = 0;
+    let mut ret = Ok(());
+    for b in elems.chunks_exact(elem_bytes) {
+        ret = prep_one(dev, queue, &mut state.server, hdr, &Elem::parse(b, hdr));
+        if ret.is_err() {
+            break;
+        }
+        done += 1;
+    }
+    if let Err(e) = ret {
+        for b in elems.chunks_exact(elem_bytes).take(done) {
+            unprep_one(queue, &mut state.server, &Elem::parse(b, hdr));
+        }
+        return Err(e);
+    }
+    if let Server::Attached { tgid, .. } = &mut state.server {
+        // As the C driver: the server is the process that offers the io slots.
+        *tgid = current!().tgid_nr_ns(None);
+    }
+    if state.nr_fetched() == dev.nr_ios() {
+        dev.ready.notify_all();
+    }
+    Ok(Issued::Done(0))
+}
+
+/// Offers the io slot of one element of `UBLK_U_IO_PREP_IO_CMDS` (`ublk_batch_prep_io()`).
+fn prep_one(
+    dev: &UblkDevice,
+    queue: &Queue,
+    server: &mut Server,
+    hdr: &BatchIo,
+    elem: &Elem,
+) -> Result {
+    let slot = elem_slot(dev, queue, elem)?;
+    let (addr, auto_reg) = elem_buf(queue, hdr, elem)?;
+    let mut io = slot.lock();
+    if queue.state() == QueueState::Stopping {
+        return Err(RES_ABORT);
+    }
+    let nr_fetched = match server {
+        // Offering is over once every io slot was offered.
+        Server::Attached { nr_fetched, .. } if *nr_fetched == dev.nr_ios() => return Err(EBUSY),
+        Server::Attached { nr_fetched, .. } => nr_fetched,
+        // A command keeps `/dev/ublkcN` open, so the server is attached.
+        Server::Detached => return Err(EINVAL),
+    };
+    // Each io slot is offered once.
+    if !matches!(io.state, IoState::Idle) {
+        return Err(EINVAL);
+    }
+    io.state = IoState::Prepared;
+    io.addr = addr;
+    io.auto_reg = auto_reg;
+    *nr_fetched += 1;
+    Ok(())
+}
+
+/// Takes back the offer of the io slot of an element that [`prep_one`] took
+/// (`ublk_batch_unprep_io()`).
+fn unprep_one(queue: &Queue, server: &mut Server, elem: &Elem) {
+    let Some(slot) = queue.slot(elem.tag.into()) else {
+        return;
+    };
+    let mut io = slot.lock();
+    // No request reaches the slot before the device starts, which waits for the device lock.
+    if warn_on!(!matches!(io.state, IoState::Prepared)) {
+        return;
+    }
+    io.state = IoState::Idle;
+    if let Server::Attached { nr_fetched, .. } = server {
+        *nr_fetched -= 1;
+    }
+}
+
+/// `UBLK_U_IO_COMMIT_IO_CMDS`: the server reports the results of requests, and offers their io
+/// slots again.
+///
+/// Returns the bytes of the elements taken, all of them on success; if an element fails, those
+/// before it were taken, and the command returns their bytes, or the element's errno if it was
+/// the first (`ublk_handle_batch_commit_cmd()`).
+fn commit<'a>(
+    dev: &UblkDevice,
+    cmd: &Cmd<'a>,
+    issue_flags: IssueFlags<'a>,
+    hdr: &BatchIo,
+) -> Result<Issued<'a>> {
+    let queue = check_header(dev, hdr)?;
+    let elem_bytes = usize::from(hdr.elem_bytes);
+    let total = usize::from(hdr.nr_elem) * elem_bytes;
+    let mut reader = UserSlice::new(UserPtr::from_addr(cmd.sqe_addr() as usize), total).reader();
+    let mut chunk = [0u8; COMMIT_CHUNK];
+    let mut done = 0;
+    let ret = 'walk: loop {
+        let len = (total - done).min(COMMIT_CHUNK);
+        if len == 0 {
+            break Ok(());
+        }
+        if let Err(e) = reader.read_slice(&mut chunk[..len]) {
+            break Err(e);
+        }
+        for b in chunk[..len].chunks_exact(elem_bytes) {
+            if let Err(e) = commit_one(dev, queue, cmd, issue_flags, hdr, &Elem::parse(b, hdr)) {
+                break 'walk Err(e);
+            }
+            done += elem_bytes;
+        }
+    };
+    match ret {
+        Err(e) if done == 0 => Err(e),
+        // CAST: At most `u16::MAX` elements of at most 255 bytes.
+        _ => Ok(Issued::Done(done as u32)),
+    }
+}
+
+/// Reports the result of the request of one element of `UBLK_U_IO_COMMIT_IO_CMDS`, and offers
+/// its io slot again (`ublk_batch_commit_io()`).
+fn commit_one(
+    dev: &UblkDevice,
+    queue: &Queue,
+    cmd: &Cmd<'_>,
+    issue_flags: IssueFlags<'_>,
+    hdr: &BatchIo,
+    elem: &Elem,
+) -> Result {
+    let slot = elem_slot(dev, queue, elem)?;
+    let (served, registered) = {
+        let mut io = slot.lock();
+        if !matches!(io.state, IoState::Serving(_)) {
+            return Err(EBUSY);
+        }
+        let (addr, auto_reg) = elem_buf(queue, hdr, elem)?;
+        let IoState::Serving(served) = io.take() else {
+            return Err(EBUSY);
+        };
+        // The slot waits for its next request, which cannot come before this one ends.
+        io.state = IoState::Prepared;
+        let registered = io
+            .auto_registered
+            .take()
+            .map(|ring| (ring, io.auto_reg.index));
+        io.addr = addr;
+        io.auto_reg = auto_reg;
+        (served, registered)
+    };
+    let (error, bytes) = io::commit_result(queue, &served, elem.result, elem.buf_addr);
+
+    // The buffer registered automatically goes if the commit comes through the ring it was
+    // registered with, as in the C driver.
+    if let Some((ring, index)) = registered {
+        if ring == cmd.ring() {
+            // A buffer that the server unregistered already is no error.
+            let _ = cmd.unregister_buffer(index.into(), issue_flags);
+        }
+    }
+
+    let served = slot.lock().settle(served, error, bytes);
+    if let Some(served) = served {
+        served.end(queue);
+    }
+    Ok(())
+}
+
+/// `UBLK_U_IO_FETCH_IO_CMDS`: a multishot command that delivers the tags of the queue's requests
+/// to the server, into buffers of the group it names.
+fn fetch<'a>(
+    dev: &UblkDevice,
+    mut cmd: Cmd<'a>,
+    issue_flags: IssueFlags<'a>,
+    hdr: &BatchIo,
+) -> Result<Issued<'a>> {
+    let queue = dev.queues.get(hdr.q_id.into())?;
+    if !cmd.is_multishot() {
+        return Err(EINVAL);
+    }
+    if usize::from(hdr.elem_bytes) != size_of::<u16>() || hdr.flags != 0 {
+        return Err(EINVAL);
+    }
+    let events = events(queue)?;
+    // The queue no longer takes fetch commands once the server or the device goes away, as the
+    // C driver's `canceling` and `force_abort` say.
+    if queue.state() != QueueState::Serving {
+        return Err(RES_ABORT);
+    }
+
+    cmd.write_pdu(&io::pdu(hdr.q_id, FETCH_TAG));
+    let (fcmd, queued) = cmd.queue_cancelable(issue_flags);
+    let fcmd = match MultishotCmd::new(fcmd) {
+        Ok(fcmd) => fcmd,
+        // Checked above.
+        Err(fcmd) => {
+            fcmd.done(Err(EINVAL), issue_flags);
+            return Ok(queued.into());
+        }
+    };
+    let ring = fcmd.ring();
+    let mut ev = events.lock();
+    if let Err(fcmd) = ev.park(fcmd, false) {
+        drop(ev);
+        fcmd.done(Err(ENOMEM), issue_flags);
+        return Ok(queued.into());
+    }
+    let active = ev.acquire();
+    drop(ev);
+    if let Some(active) = active {
+        if active.ring() == ring {
+            // The ring lock of the command being issued is held: deliver now.
+            deliver(active, queue.clone(), issue_flags);
+        } else {
+            active.complete_in_task_with(queue.clone(), deliver);
+        }
+    }
+    Ok(queued.into())
+}
+
+/// Queues `rq` for the server on a device with `UBLK_F_BATCH_IO` (`ublk_batch_queue_rq()`): its
+/// io slot becomes queued, and its tag goes to the event queue. If `kick`, the tags of the event
+/// queue go to the server.
+pub(crate) fn queue_rq(queue: &Arc<Queue>, rq: ARef<Rq>, last: bool) {
+    let served = Served::new(queue, rq);
+    let Ok(events) = events(queue) else {
+        return served.finish(queue, EIO.to_errno(), 0);
+    };
+    let Some(slot) = queue.slot(served.tag() as usize) else {
+        return served.finish(queue, EIO.to_errno(), 0);
+    };
+    // CAST: tags are below the depth of the queue, a `u16`.
+    let tag = served.tag() as u16;
+    let mut io = slot.lock();
+    if queue.state() != QueueState::Serving || !matches!(io.state, IoState::Prepared) {
+        // The server is going away.
+        drop(io);
+        return served.finish(queue, EIO.to_errno(), 0);
+    }
+    let Some(desc) = io::describe(&served, io.addr) else {
+        drop(io);
+        return served.finish(queue, EOPNOTSUPP.to_errno(), 0);
+    };
+    io.desc.write(&desc);
+    io.state = IoState::Queued(served);
+    // The tag is queued with its slot: a queue has as many tags as slots.
+    let pushed = events.lock().tags.push(tag);
+    if !pushed {
+        if let IoState::Queued(served) = io.take() {
+            io.state = IoState::Prepared;
+            drop(io);
+            served.finish(queue, EIO.to_errno(), 0);
+        }
+        return;
+    }
+    drop(io);
+    if last {
+        kick(queue);
+    }
+}
+
+/// Hands the tags of the event queue of `queue` to a fetch command, unless one is active
+/// already (`ublk_commit_rqs()`).
+pub(crate) fn kick(queue: &Arc<Queue>) {
+    let Ok(events) = events(queue) else {
+        return;
+    };
+    let active = events.lock().acquire();
+    if let Some(active) = active {
+        active.complete_in_task_with(queue.clone(), deliver);
+    }
+}
+
+/// Delivers the tags of the event queue of `queue` to the server through `fcmd`, the active
+/// fetch command, in the server's task (`ublk_batch_dispatch()`).
+fn deliver(mut fcmd: MultishotCmd, queue: Arc<Queue>, issue_flags: IssueFlags<'_>) {
+    let Ok(events) = events(&queue) else {
+        warn_on!(true);
+        return fcmd.done(Err(EINVAL), issue_flags);
+    };
+    let mut rounds = 0;
+    loop {
+        if issue_flags.is_task_work_canceled() {
+            // The server's task exits: it takes no more requests.
+            return retire(&queue, events, fcmd, Err(RES_ABORT), issue_flags);
+        }
+        if let Err(e) = deliver_round(&queue, events, &mut fcmd, issue_flags) {
+            return retire(&queue, events, fcmd, Err(e), issue_flags);
+        }
+
+        let mut ev = events.lock();
+        if ev.tags.is_empty() || queue.state() != QueueState::Serving {
+            ev.active = false;
+            if queue.state() != QueueState::Serving {
+                // The server goes away: its fetch commands are done.
+                drop(ev);
+                return fcmd.done(Err(RES_ABORT), issue_flags);
+            }
+            // The command waits for the next tags, first in line; without memory for that, it
+            // completes, and the server sends it again.
+            if let Err(fcmd) = ev.park(fcmd, true) {
+                drop(ev);
+                return fcmd.done(Err(ENOMEM), issue_flags);
+            }
+            return;
+        }
+        drop(ev);
+        rounds += 1;
+        if rounds >= MAX_ROUNDS {
+            // Let the server's task run; the command stays active.
+            return fcmd.complete_in_task_with(queue, deliver);
+        }
+    }
+}
+
+/// Completes `fcmd`, the active fetch command, with `ret`, and hands the tags left to the next
+/// fetch command, if any.
+fn retire(
+    queue: &Arc<Queue>,
+    events: &EventQueue,
+    fcmd: MultishotCmd,
+    ret: Result<i32>,
+    issue_flags: IssueFlags<'_>,
+) {
+    let next = {
+        let mut ev = events.lock();
+        ev.active = false;
+        ev.acquire()
+    };
+    fcmd.done(ret, issue_flags);
+    if let Some(next) = next {
+        next.complete_in_task_with(queue.clone(), deliver);
+    }
+}
+
+/// Delivers up to one buffer's worth of tags of the event queue through `fcmd`
+/// (`__ublk_batch_dispatch()`). An error ends the fetch command: the group has no buffer left
+/// (`ENOBUFS`), or the completion could not be posted, and the tags went back to the event queue.
+fn deliver_round(
+    queue: &Queue,
+    events: &EventQueue,
+    fcmd: &mut MultishotCmd,
+    issue_flags: IssueFlags<'_>,
+) -> Result {
+    let mut buf = fcmd.select_buffer(issue_flags)?;
+    let max = (buf.len().min(MAX_TAGS_PER_CQE * size_of::<u16>())) / size_of::<u16>();
+    if max == 0 {
+        return Err(ENOBUFS);
+    }
+    let mut tags = [0u16; MAX_TAGS_PER_CQE];
+    let mut nr = 0;
+    {
+        let mut ev = events.lock();
+        while nr < max {
+            let Some(tag) = ev.tags.pop() else { break };
+            tags[nr] = tag;
+            nr += 1;
+        }
+    }
+
+    // The tags whose requests reached the server; the others were requeued or failed.
+    let mut kept = 0;
+    for i in 0..nr {
+        if deliver_tag(queue, tags[i], buf.cmd(), issue_flags) {
+            tags[kept] = tags[i];
+            kept += 1;
+        }
+    }
+    if kept == 0 {
+        // Nothing to report: the buffer goes back to its group.
+        drop(buf);
+        return Ok(());
+    }
+
+    let mut bytes = [0u8; MAX_TAGS_PER_CQE * 2];
+    for (i, tag) in tags[..kept].iter().enumerate() {
+        bytes[2 * i..2 * i + 2].copy_from_slice(&tag.to_ne_bytes());
+    }
+    let posted = match buf.write(&bytes[..2 * kept]) {
+        Ok(()) => buf.post().map_err(|_| ENOBUFS),
+        Err(e) => {
+            drop(buf);
+            Err(e)
+        }
+    };
+    if let Err(e) = posted {
+        // The server did not learn about the requests: they wait for the next fetch command.
+        for &tag in &tags[..kept] {
+            undeliver_tag(queue, events, tag, fcmd, issue_flags);
+        }
+        return Err(if e == EFAULT { ENOBUFS } else { e });
+    }
+    Ok(())
+}
+
+/// Prepares the delivery of the request of the queued io slot `tag` through the fetch command
+/// `fcmd` (`__ublk_batch_prep_dispatch()`), and returns whether the request reached the server:
+/// it was requeued if none of the data of a write could be copied, and it failed if its buffer
+/// could not be registered and the server did not ask to do it itself.
+fn deliver_tag(
+    queue: &Queue,
+    tag: u16,
+    fcmd: &QueuedIoUringCmd,
+    issue_flags: IssueFlags<'_>,
+) -> bool {
+    let Some(slot) = queue.slot(tag.into()) else {
+        warn_on!(true);
+        return false;
+    };
+    let (mut served, addr) = {
+        let mut io = slot.lock();
+        match io.take() {
+            IoState::Queued(served) => {
+                io.state = IoState::Delivering;
+                (served, io.addr)
+            }
+            other => {
+                // A tag is in the event queue while its slot is queued.
+                io.state = other;
+                warn_on!(true);
+                return false;
+            }
+        }
+    };
+
+    if queue.copies_data() && served.op() == ReqOp::Write {
+        match io::copy_write(&served, addr) {
+            Copy::Whole => {}
+            Copy::Part(bytes) => {
+                // The server is told about the part that could be copied; the rest is
+                // dispatched again once it is done.
+                served.len = bytes;
+                slot.lock().desc.set_nr_sectors(bytes >> SECTOR_SHIFT);
+            }
+            Copy::Nothing => {
+                // As in the C driver, the write is dispatched again a little later.
+                slot.lock().state = IoState::Prepared;
+                served.requeue();
+                return false;
+            }
+            Copy::Invalid => {
+                slot.lock().state = IoState::Prepared;
+                served.finish(queue, EIO.to_errno(), 0);
+                return false;
+            }
+        }
+    }
+
+    if queue.auto_buf_reg
+        && matches!(served.op(), ReqOp::Read | ReqOp::Write)
+        && !io::register_auto(slot, &served, fcmd, issue_flags)
+    {
+        let mut io = slot.lock();
+        if !io.need_reg_buf(&served) {
+            io.state = IoState::Prepared;
+            drop(io);
+            served.finish(queue, EIO.to_errno(), 0);
+            return false;
+        }
+    }
+
+    slot.lock().state = IoState::Serving(served);
+    true
+}
+
+/// Takes back the delivery of the request of io slot `tag`, whose completion could not be posted
+/// (`ublk_batch_dispatch_fail()`): the slot is queued again, its buffer registered automatically
+/// is unregistered, and the tag goes back to the event queue.
+fn undeliver_tag(
+    queue: &Queue,
+    events: &EventQueue,
+    tag: u16,
+    fcmd: &MultishotCmd,
+    issue_flags: IssueFlags<'_>,
+) {
+    let Some(slot) = queue.slot(tag.into()) else {
+        return;
+    };
+    let registered = {
+        let mut io = slot.lock();
+        let served = match io.take() {
+            IoState::Serving(served) => served,
+            other => {
+                // The server did not learn about the request, but guessed its tag and committed
+                // it: it ended.
+                io.state = other;
+                return;
+            }
+        };
+        io.state = IoState::Queued(served);
+        let registered = io.auto_registered.take().map(|_| io.auto_reg.index);
+        events.lock().tags.push(tag);
+        registered
+    };
+    if let Some(index) = registered {
+        let _ = fcmd.unregister_buffer(index.into(), issue_flags);
+    }
+}
+
+/// io_uring cancels a fetch command of queue `queue` (`ublk_batch_cancel_cmd()`): it completes
+/// with `UBLK_IO_RES_ABORT` unless it is active, and then completes once it is done delivering.
+pub(crate) fn cancel(queue: &Queue, cmd: &IoUringCmdCancel<'_>, issue_flags: IssueFlags<'_>) {
+    let Ok(events) = events(queue) else {
+        return;
+    };
+    let fcmd = {
+        let mut ev = events.lock();
+        let Some(i) = ev.idle.iter().position(|fcmd| cmd.refers_to(fcmd)) else {
+            return;
+        };
+        ev.idle.remove(i).ok()
+    };
+    if let Some(fcmd) = fcmd {
+        fcmd.done(Err(RES_ABORT), issue_flags);
+    }
+}
+
+/// The device is stopped: the idle fetch commands complete with `UBLK_IO_RES_ABORT`; the active
+/// one does when it is done delivering.
+pub(crate) fn stop(queue: &Queue) {
+    let Ok(events) = events(queue) else {
+        return;
+    };
+    loop {
+        let fcmd = events.lock().idle.pop();
+        let Some(fcmd) = fcmd else {
+            break;
+        };
+        fcmd.into_queued()
+            .complete_in_task(|cmd, issue_flags| cmd.done(Err(RES_ABORT), issue_flags));
+    }
+}
+
+/// The server closed `/dev/ublkcN`: the requests whose tags wait in the event queue fail, as
+/// those it was serving do.
+pub(crate) fn abort(queue: &Queue) {
+    let Ok(events) = events(queue) else {
+        return;
+    };
+    for slot in queue.slots() {
+        let served = {
+            let mut io = slot.lock();
+            match io.take() {
+                IoState::Queued(served) => io.settle(served, EIO.to_errno(), 0),
+                other => {
+                    io.state = other;
+                    None
+                }
+            }
+        };
+        if let Some(served) = served {
+            served.end(queue);
+        }
+    }
+    let mut ev = events.lock();
+    ev.tags.clear();
+    // Every command of the server completed before its file was released.
+    warn_on!(!ev.idle.is_empty() || ev.active);
+}
+
+/// The server is gone: a new server may offer the io slots again.
+pub(crate) fn reset(slot: &Slot) {
+    let mut io = slot.lock();
+    if matches!(io.state, IoState::Prepared) {
+        io.state = IoState::Idle;
+    }
+}
