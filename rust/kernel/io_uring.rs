@@ -434,8 +434,9 @@ impl<'a, F: CmdFile> IoUringCmd<'a, F> {
     /// Only files whose [`CmdFile::HANDLES_MULTISHOT`] is true receive them.
     #[inline]
     pub fn is_multishot(&self) -> bool {
-        // SAFETY: By the type invariants, `ptr` is valid. io_uring sets `flags` before issuing the
-        // command and does not change them.
+        // SAFETY: By the type invariants, `ptr` is valid. While the command is issued, only its
+        // issuer (this caller) writes its `flags`; `IORING_URING_CMD_MULTISHOT` is set before
+        // the issue and never changes.
         unsafe { (*self.as_raw()).flags & bindings::IORING_URING_CMD_MULTISHOT != 0 }
     }
 
@@ -1099,12 +1100,15 @@ impl Drop for QueuedIoUringCmd {
 /// /// completes it.
 /// fn report(mut cmd: MultishotCmd, values: &[u32], issue_flags: IssueFlags<'_>) {
 ///     for value in values {
-///         let mut buf = match cmd.select_buffer(issue_flags) {
-///             Ok(buf) => buf,
-///             // User space provided no buffer; it sends the command again once it does.
-///             Err(e) => return cmd.done(Err(e), issue_flags),
+///         // Without a buffer, user space sends the command again once it provides one.
+///         let Ok(mut buf) = cmd.select_buffer(issue_flags) else {
+///             return cmd.done(Err(ENOBUFS), issue_flags);
 ///         };
-///         if buf.write(&value.to_ne_bytes()).is_err() || buf.post().is_err() {
+///         if let Err(e) = buf.write(&value.to_ne_bytes()) {
+///             drop(buf);
+///             return cmd.done(Err(e), issue_flags);
+///         }
+///         if buf.post().is_err() {
 ///             return cmd.done(Err(ENOBUFS), issue_flags);
 ///         }
 ///     }
@@ -1115,7 +1119,7 @@ impl Drop for QueuedIoUringCmd {
 /// # Invariants
 ///
 /// `cmd` is a multishot command: io_uring made sure that it selects a buffer
-/// (`IOSQE_BUFFER_SELECT`), and [`dispatch_uring_cmd`] recorded the buffer group that its SQE
+/// (`IOSQE_BUFFER_SELECT`), and `dispatch_uring_cmd()` recorded the buffer group that its SQE
 /// names at `BUF_GROUP_OFFSET` in its pdu.
 pub struct MultishotCmd {
     cmd: QueuedIoUringCmd,
@@ -1125,8 +1129,10 @@ impl MultishotCmd {
     /// Returns `cmd` as a multishot command, or gives it back if it is not one (see
     /// [`IoUringCmd::is_multishot`]).
     pub fn new(cmd: QueuedIoUringCmd) -> Result<Self, QueuedIoUringCmd> {
-        // SAFETY: By the type invariants of `QueuedIoUringCmd`, `cmd` is valid. io_uring does not
-        // change its flags once it is issued.
+        // SAFETY: By the type invariants of `QueuedIoUringCmd`, `cmd` is valid. Its `flags` are
+        // only written by its owner, the caller, and by io_uring under the ring lock for that
+        // owner (to mark it cancelable); `IORING_URING_CMD_MULTISHOT` is set before the command is
+        // issued and never changes.
         let multishot =
             unsafe { (*cmd.as_raw()).flags } & bindings::IORING_URING_CMD_MULTISHOT != 0;
         if multishot {
@@ -1157,26 +1163,32 @@ impl MultishotCmd {
     /// Takes a buffer that user space provided in the command's buffer group, to post a
     /// completion with ([`ProvidedBuffer::post`]).
     ///
-    /// Fails with `ENOBUFS` if the group has no buffer left, and with the error of io_uring if
-    /// the group does not exist (`ENOENT`). A buffer can only be taken in an io_uring callback of
-    /// the command's own ring that holds its lock: the `uring_cmd` file operation issuing a
-    /// command of that ring from its submitting task, or task work of the command (see
-    /// [`QueuedIoUringCmd::complete_in_task_with`]); elsewhere this is a driver bug, reported
-    /// with a warning, and fails with `EINVAL`.
+    /// Fails with `ENOBUFS` if the group has no buffer left or does not exist. A buffer can only
+    /// be taken in an io_uring callback of the command's own ring that holds its lock: the
+    /// `uring_cmd` file operation issuing a command of that ring from its submitting task, or
+    /// task work of the command (see [`MultishotCmd::complete_in_task_with`]); elsewhere this is
+    /// a driver bug, reported with a warning, and fails with `EINVAL`.
     ///
     /// The command has one buffer at a time; the buffer lives no longer than the callback.
     pub fn select_buffer<'b>(
         &'b mut self,
         issue_flags: IssueFlags<'b>,
     ) -> Result<ProvidedBuffer<'b>> {
-        // SAFETY: By the type invariants, the command is valid.
-        let bits = unsafe { issue_flags.bits_for(self.cmd.as_raw()) };
         // The buffer is committed to the command when its completion is posted, which io_uring
         // only does with the ring lock held: select it under that lock, in the same callback.
-        if crate::warn_on!(bits & F_UNLOCKED != 0) {
+        if crate::warn_on!(issue_flags.is_unlocked()) {
             return Err(EINVAL);
         }
-        let mut len = 0usize;
+        // SAFETY: By the type invariants, the command is valid.
+        let bits = unsafe { issue_flags.bits_for(self.cmd.as_raw()) };
+        if bits & F_UNLOCKED != 0 {
+            // `bits_for` reported flags of another ring.
+            return Err(EINVAL);
+        }
+        // A completion reports at most `i32::MAX` bytes; io_uring caps the buffer to what is
+        // asked for.
+        // CAST: `i32::MAX` fits in `usize`.
+        let mut len = i32::MAX as usize;
         // SAFETY: By the type invariants, the command is a valid, queued, multishot command that
         // selects a buffer; `bits` say that the caller holds the lock of its ring.
         let sel = unsafe {
@@ -1187,29 +1199,39 @@ impl MultishotCmd {
                 bits,
             )
         };
-        // SAFETY: `io_uring_cmd_buffer_select` returns an error in `val` or a user address in
-        // `addr`; they share their bytes, and reading either one reads initialized bytes.
-        let val = unsafe { sel.__bindgen_anon_1.val };
-        if val < 0 {
-            // CAST: io_uring returns negative errnos there.
-            return Err(Error::from_errno(val as i32));
-        }
-        if val == 0 {
-            return Err(ENOBUFS);
-        }
-        // CAST: A user address, as `addr` holds it.
-        let addr = val as usize;
-        // INVARIANT: io_uring selected the buffer at `addr`, of `len` bytes, for the command, in a
-        // callback that holds the lock of its ring and lasts for `'b`.
-        Ok(ProvidedBuffer {
+        // INVARIANT: Whatever io_uring selected, in a callback that holds the lock of the
+        // command's ring and lasts for `'b`, is not posted or recycled yet; `len` and `addr` are
+        // only used once they are known to describe a buffer.
+        let mut buf = ProvidedBuffer {
             cmd: &self.cmd,
             sel,
-            addr,
-            len,
+            addr: 0,
+            len: 0,
             written: 0,
             bits,
             _p: PhantomData,
-        })
+        };
+        // SAFETY: `io_uring_cmd_buffer_select` returns an error in `val` or a user address in
+        // `addr`; they share their bytes, and reading either one reads initialized bytes.
+        let val = unsafe { sel.__bindgen_anon_1.val };
+        // CAST: `MAX_ERRNO` is 4095.
+        if (-(bindings::MAX_ERRNO as isize)..0).contains(&val) {
+            // CAST: Checked to be an errno.
+            let err = Error::from_errno(val as i32);
+            // Dropping `buf` gives back anything that was selected.
+            drop(buf);
+            return Err(err);
+        }
+        if val == 0 {
+            // No buffer, or one at address 0, which is given back.
+            drop(buf);
+            return Err(ENOBUFS);
+        }
+        // CAST: A user address, as `addr` holds it; addresses with the top bit set are valid
+        // on some architectures (tagged addresses), which is why only `-MAX_ERRNO..0` is an error.
+        buf.addr = val as usize;
+        buf.len = len;
+        Ok(buf)
     }
 
     /// Completes the command with the result `ret`, as [`QueuedIoUringCmd::done`] does: the last
@@ -1273,7 +1295,9 @@ pub struct NotPosted;
 /// The driver writes what it reports into the buffer ([`ProvidedBuffer::write`]) and posts it
 /// ([`ProvidedBuffer::post`]): the command completes once more, with `IORING_CQE_F_MORE`, the
 /// number of bytes written, and the buffer's id. A buffer that is dropped without being posted
-/// goes back to its group, unused.
+/// goes back to its group, unused. (A buffer that is leaked with [`core::mem::forget`] stays
+/// selected: the next [`MultishotCmd::select_buffer`] of the command then fails with a warning
+/// from io_uring.)
 ///
 /// # Invariants
 ///
@@ -1361,8 +1385,9 @@ impl ProvidedBuffer<'_> {
 
     /// Gives the buffer back to its group, unused.
     fn recycle(&mut self) {
-        // Posting nothing recycles the buffer; io_uring then says that the command should be
-        // completed, which the caller decides instead.
+        // Posting nothing recycles the buffer (or does nothing if none was selected). io_uring
+        // then always says that the command should be completed, and sets its result to 0; the
+        // caller decides when the command completes instead, and its completion sets the result.
         self.sel.__bindgen_anon_1.val = 0;
         // SAFETY: As in `post`: by the type invariants, `sel` selects a buffer for the command in
         // this callback, not posted or recycled yet, and the caller uses it no more.
@@ -1542,7 +1567,8 @@ pub(crate) unsafe fn dispatch_uring_cmd<F: CmdFile>(
         return 0;
     }
 
-    // SAFETY: `ioucmd` is a valid command. io_uring does not change its flags while it issues it.
+    // SAFETY: `ioucmd` is a valid command. While it is issued, only its issuer (this call) writes
+    // its `flags`.
     let multishot = unsafe { (*ioucmd).flags } & bindings::IORING_URING_CMD_MULTISHOT != 0;
     if multishot && !F::HANDLES_MULTISHOT {
         // Multishot commands post several completions, which the driver does not expect.

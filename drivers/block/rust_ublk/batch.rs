@@ -70,6 +70,11 @@ const COMMIT_CHUNK: usize = 480;
 pub(crate) const FETCH_TAG: u16 = u16::MAX;
 
 /// The tags of a queue's requests that wait for a fetch command, in order.
+///
+/// # Invariants
+///
+/// `len <= tags.len()`, and `head < tags.len()` unless `tags` is empty: the ring holds the `len`
+/// tags from `head` on, wrapping around.
 struct TagRing {
     tags: KVec<u16>,
     head: usize,
@@ -78,10 +83,8 @@ struct TagRing {
 
 impl TagRing {
     fn new(depth: u16) -> Result<Self> {
-        let mut tags = KVec::with_capacity(depth.into(), GFP_KERNEL)?;
-        for _ in 0..depth {
-            tags.push(0, GFP_KERNEL)?;
-        }
+        let tags = KVec::from_elem(0, depth.into(), GFP_KERNEL)?;
+        // INVARIANT: The ring is empty.
         Ok(Self {
             tags,
             head: 0,
@@ -101,6 +104,7 @@ impl TagRing {
             return false;
         }
         self.tags[(self.head + self.len) % cap] = tag;
+        // INVARIANT: There was room for one more.
         self.len += 1;
         true
     }
@@ -110,18 +114,29 @@ impl TagRing {
             return None;
         }
         let tag = self.tags[self.head];
+        // INVARIANT: One tag fewer, from the next one on.
         self.head = (self.head + 1) % self.tags.len();
         self.len -= 1;
         Some(tag)
     }
 
     fn clear(&mut self) {
+        // INVARIANT: The ring is empty.
         self.head = 0;
         self.len = 0;
     }
 }
 
 /// The event queue of a queue of a device with `UBLK_F_BATCH_IO` (see the module documentation).
+///
+/// # Invariants
+///
+/// - Each tag is at most once in `tags`, and the io slot of a tag in `tags` is
+///   [`IoState::Queued`]. A queued slot's tag is in `tags`, or with the active fetch command's
+///   delivery, which took it out and is about to deliver it; or the slot is being failed by
+///   [`abort`], which clears `tags` after.
+/// - `active` is true exactly while one fetch command, taken out of `idle` by
+///   [`Events::acquire`], is owned by a delivery ([`deliver`] or its task work).
 pub(crate) struct Events {
     /// The tags of the queued io slots.
     tags: TagRing,
@@ -152,6 +167,7 @@ impl Events {
             return None;
         }
         let fcmd = self.idle.remove(0).ok()?;
+        // INVARIANT: The caller hands `fcmd` to a delivery.
         self.active = true;
         Some(fcmd)
     }
@@ -275,6 +291,7 @@ fn prep<'a>(dev: &UblkDevice, cmd: &Cmd<'a>, hdr: &BatchIo) -> Result<Issued<'a>
     let elem_bytes = usize::from(hdr.elem_bytes);
     let total = usize::from(hdr.nr_elem) * elem_bytes;
     let mut elems = KVVec::new();
+    // CAST: A user address; one that does not fit in `usize` faults like any other bad one.
     UserSlice::new(UserPtr::from_addr(cmd.sqe_addr() as usize), total)
         .read_all(&mut elems, GFP_KERNEL)?;
 
@@ -369,6 +386,7 @@ fn commit<'a>(
     let queue = check_header(dev, hdr)?;
     let elem_bytes = usize::from(hdr.elem_bytes);
     let total = usize::from(hdr.nr_elem) * elem_bytes;
+    // CAST: A user address; one that does not fit in `usize` faults like any other bad one.
     let mut reader = UserSlice::new(UserPtr::from_addr(cmd.sqe_addr() as usize), total).reader();
     let mut chunk = [0u8; COMMIT_CHUNK];
     let mut done = 0;
@@ -411,8 +429,12 @@ fn commit_one(
             return Err(EBUSY);
         }
         let (addr, auto_reg) = elem_buf(queue, hdr, elem)?;
-        let IoState::Serving(served) = io.take() else {
-            return Err(EBUSY);
+        let served = match io.take() {
+            IoState::Serving(served) => served,
+            other => {
+                io.state = other;
+                return Err(EBUSY);
+            }
         };
         // The slot waits for its next request, which cannot come before this one ends.
         io.state = IoState::Prepared;
@@ -476,6 +498,13 @@ fn fetch<'a>(
     };
     let ring = fcmd.ring();
     let mut ev = events.lock();
+    // Checked again under the lock, which `stop` takes after it changed the state to drain the
+    // fetch commands: a fetch command that it did not see sees the change.
+    if queue.state() != QueueState::Serving {
+        drop(ev);
+        fcmd.done(Err(RES_ABORT), issue_flags);
+        return Ok(queued.into());
+    }
     if let Err(fcmd) = ev.park(fcmd, false) {
         drop(ev);
         fcmd.done(Err(ENOMEM), issue_flags);
@@ -519,7 +548,8 @@ pub(crate) fn queue_rq(queue: &Arc<Queue>, rq: ARef<Rq>, last: bool) {
     };
     io.desc.write(&desc);
     io.state = IoState::Queued(served);
-    // The tag is queued with its slot: a queue has as many tags as slots.
+    // INVARIANT: The tag is queued with its slot, under its lock; the slot was not queued, so its
+    // tag was not in the ring, which has room for every tag of the queue.
     let pushed = events.lock().tags.push(tag);
     if !pushed {
         if let IoState::Queued(served) = io.take() {
@@ -565,9 +595,10 @@ fn deliver(mut fcmd: MultishotCmd, queue: Arc<Queue>, issue_flags: IssueFlags<'_
         }
 
         let mut ev = events.lock();
-        if ev.tags.is_empty() || queue.state() != QueueState::Serving {
+        let serving = queue.state() == QueueState::Serving;
+        if ev.tags.is_empty() || !serving {
             ev.active = false;
-            if queue.state() != QueueState::Serving {
+            if !serving {
                 // The server goes away: its fetch commands are done.
                 drop(ev);
                 return fcmd.done(Err(RES_ABORT), issue_flags);
@@ -619,7 +650,7 @@ fn deliver_round(
     issue_flags: IssueFlags<'_>,
 ) -> Result {
     let mut buf = fcmd.select_buffer(issue_flags)?;
-    let max = (buf.len().min(MAX_TAGS_PER_CQE * size_of::<u16>())) / size_of::<u16>();
+    let max = buf.len().min(MAX_TAGS_PER_CQE * size_of::<u16>()) / size_of::<u16>();
     if max == 0 {
         return Err(ENOBUFS);
     }
@@ -686,12 +717,18 @@ fn deliver_tag(
     let (mut served, addr) = {
         let mut io = slot.lock();
         match io.take() {
-            IoState::Queued(served) => {
+            IoState::Queued(mut served) => {
                 io.state = IoState::Delivering;
+                // A delivery whose completion could not be posted may have changed the io
+                // descriptor: describe the request afresh, as the C driver does at dispatch.
+                served.len = served.nr_bytes();
+                if let Some(desc) = io::describe(&served, io.addr) {
+                    io.desc.write(&desc);
+                }
                 (served, io.addr)
             }
             other => {
-                // A tag is in the event queue while its slot is queued.
+                // Only the tags of queued slots are in the event queue.
                 io.state = other;
                 warn_on!(true);
                 return false;
@@ -709,14 +746,21 @@ fn deliver_tag(
                 slot.lock().desc.set_nr_sectors(bytes >> SECTOR_SHIFT);
             }
             Copy::Nothing => {
-                // As in the C driver, the write is dispatched again a little later.
-                slot.lock().state = IoState::Prepared;
-                served.requeue();
+                // As in the C driver, the write is dispatched again a little later, unless a
+                // buffer registered by an earlier delivery still holds it.
+                let mut io = slot.lock();
+                io.state = IoState::Prepared;
+                if io.is_lent() {
+                    drop(io);
+                    fail_delivery(queue, slot, served);
+                } else {
+                    drop(io);
+                    served.requeue();
+                }
                 return false;
             }
             Copy::Invalid => {
-                slot.lock().state = IoState::Prepared;
-                served.finish(queue, EIO.to_errno(), 0);
+                fail_delivery(queue, slot, served);
                 return false;
             }
         }
@@ -725,18 +769,28 @@ fn deliver_tag(
     if queue.auto_buf_reg
         && matches!(served.op(), ReqOp::Read | ReqOp::Write)
         && !io::register_auto(slot, &served, fcmd, issue_flags)
+        && !slot.lock().need_reg_buf(&served)
     {
-        let mut io = slot.lock();
-        if !io.need_reg_buf(&served) {
-            io.state = IoState::Prepared;
-            drop(io);
-            served.finish(queue, EIO.to_errno(), 0);
-            return false;
-        }
+        fail_delivery(queue, slot, served);
+        return false;
     }
 
     slot.lock().state = IoState::Serving(served);
     true
+}
+
+/// Fails `served`, the request of `slot`, whose delivery failed; the slot waits for its next
+/// request. A buffer registered by an earlier delivery of the request, whose completion could not
+/// be posted, may still hold it: the request is then parked, and ends once it is given back.
+fn fail_delivery(queue: &Queue, slot: &Slot, served: Served) {
+    let served = {
+        let mut io = slot.lock();
+        io.state = IoState::Prepared;
+        io.settle(served, EIO.to_errno(), 0)
+    };
+    if let Some(served) = served {
+        served.end(queue);
+    }
 }
 
 /// Takes back the delivery of the request of io slot `tag`, whose completion could not be posted
@@ -765,6 +819,8 @@ fn undeliver_tag(
         };
         io.state = IoState::Queued(served);
         let registered = io.auto_registered.take().map(|_| io.auto_reg.index);
+        // INVARIANT: The tag is queued again with its slot, under its lock; the delivery took it
+        // out of the ring.
         events.lock().tags.push(tag);
         registered
     };

@@ -292,6 +292,11 @@ impl Io {
         }
     }
 
+    /// Returns whether user copies or registered buffers hold the slot's request.
+    pub(crate) fn is_lent(&self) -> bool {
+        self.lent > 0
+    }
+
     /// Returns whether the calling thread is the server thread that fetched the slot.
     pub(crate) fn is_own_thread(&self) -> bool {
         self.task.as_deref().is_some_and(is_current)
@@ -679,8 +684,9 @@ pub(crate) fn register_auto(
     if registered {
         io.auto_registered = Some(cmd.ring());
     } else {
-        // The registration dropped the reference that it was lent, the only one: the request is
-        // not parked.
+        // The registration dropped the reference that it was lent. The slot may have lent others
+        // (a buffer that an earlier delivery of a batch registered, whose completion could not be
+        // posted), which keep the request until they are given back.
         io.lent -= 1;
     }
     registered
