@@ -316,6 +316,8 @@ fn prep<'a>(dev: &UblkDevice, cmd: &Cmd<'a>, hdr: &BatchIo) -> Result<Issued<'a>
         // As the C driver: the server is the process that offers the io slots.
         *tgid = current!().tgid_nr_ns(None);
     }
+    // CAST: At most `nr_elem`, a `u16`.
+    state.mark_fetched(queue, hdr.q_id, done as u16);
     if state.nr_fetched() == dev.nr_ios() {
         dev.ready.notify_all();
     }
@@ -538,9 +540,13 @@ pub(crate) fn queue_rq(queue: &Arc<Queue>, rq: ARef<Rq>, last: bool) {
     let tag = served.tag() as u16;
     let mut io = slot.lock();
     if queue.state() != QueueState::Serving || !matches!(io.state, IoState::Prepared) {
-        // The server is going away.
+        // The server is going away: the request fails, or waits for the next server.
+        let served = io.without_server(queue, served, false);
         drop(io);
-        return served.finish(queue, EIO.to_errno(), 0);
+        if let Some(served) = served {
+            served.end(queue);
+        }
+        return;
     }
     let Some(desc) = io::describe(&served, io.addr) else {
         drop(io);
@@ -873,7 +879,9 @@ pub(crate) fn abort(queue: &Queue) {
         let served = {
             let mut io = slot.lock();
             match io.take() {
-                IoState::Queued(served) => io.settle(served, EIO.to_errno(), 0),
+                // As requests the server owned: the C driver fails them through
+                // `__ublk_fail_req()`.
+                IoState::Queued(served) => io.without_server(queue, served, true),
                 other => {
                     io.state = other;
                     None

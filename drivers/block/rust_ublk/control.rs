@@ -191,15 +191,11 @@ fn handle(
         uapi::CMD_START_DEV => UblkDevice::start(&dev, header.data as i32),
         // Commands of features that no device of this driver has: what the C driver answers for
         // a device without the feature.
-        uapi::CMD_START_USER_RECOVERY | uapi::CMD_END_USER_RECOVERY => Err(EINVAL),
-        uapi::CMD_QUIESCE_DEV => Err(EOPNOTSUPP),
-        uapi::CMD_UPDATE_SIZE | uapi::CMD_TRY_STOP_DEV => {
-            if dev.is_started() {
-                Err(EOPNOTSUPP)
-            } else {
-                Err(ENODEV)
-            }
-        }
+        uapi::CMD_START_USER_RECOVERY => dev.start_recovery(),
+        uapi::CMD_END_USER_RECOVERY => dev.end_recovery(header.data as i32),
+        uapi::CMD_QUIESCE_DEV => UblkDevice::quiesce(&dev, header.data),
+        uapi::CMD_UPDATE_SIZE => dev.update_size(header.data),
+        uapi::CMD_TRY_STOP_DEV => UblkDevice::try_stop(&dev),
         uapi::CMD_STOP_DEV => {
             UblkDevice::stop(&dev);
             Ok(())

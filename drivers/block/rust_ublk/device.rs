@@ -3,15 +3,16 @@
 //! A ublk device: its configuration, its state, and starting and stopping its disk.
 
 use crate::{
-    features::F_NO_AUTO_PART_SCAN,
+    features::{F_NO_AUTO_PART_SCAN, F_QUIESCE, F_USER_RECOVERY},
     io,
     params::{self, Params},
-    queue::{self, DiskOps, QueueState, Queues},
+    queue::{self, DiskOps, Queue, QueueState, Queues},
     shmem,
     uapi::{self, DevInfo},
 };
 use kernel::{
     block::mq::{gen_disk::GenDisk, TagSet},
+    current,
     mm::Mm,
     new_condvar, new_mutex, new_spinlock,
     prelude::*,
@@ -21,6 +22,7 @@ use kernel::{
         Arc, CondVar, Mutex, SpinLock,
     },
     task::Pid,
+    time::{delay::fsleep, Delta},
     workqueue::{
         self, impl_has_delayed_work, impl_has_work, new_delayed_work, new_work, DelayedWork, Work,
         WorkItem,
@@ -31,17 +33,20 @@ use kernel::{
 /// Where a device is in its life.
 ///
 /// ```text
-///              UBLK_U_CMD_START_DEV
-///   Added ------------------------------> Live(disk)
-///                                          |
+///              UBLK_U_CMD_START_DEV               the server closes /dev/ublkcN
+///   Added ------------------------------> Live(disk) -----------------------> Quiesced(disk)
+///                                          |   ^     with user recovery       FailIo(disk)
+///                                          |   |                                   |
+///                                          |   '-- UBLK_U_CMD_END_USER_RECOVERY ---+
+///                                          |                                       |
 ///                                          | UBLK_U_CMD_STOP_DEV, UBLK_U_CMD_DEL_DEV,
-///                                          | the server closes /dev/ublkcN
-///              UBLK_U_CMD_START_DEV        v
-///   (a server fetched all io slots) <--- Stopped
+///                                          | the server closes /dev/ublkcN (no recovery)
+///              UBLK_U_CMD_START_DEV        v                                       |
+///   (a server fetched all io slots) <--- Stopped <---------------------------------+
 /// ```
 ///
-/// `UBLK_U_CMD_GET_DEV_INFO` reports `Live` as `UBLK_S_DEV_LIVE`, the others as
-/// `UBLK_S_DEV_DEAD`, as the C driver does for devices without user recovery.
+/// `UBLK_U_CMD_GET_DEV_INFO` reports `Live` as `UBLK_S_DEV_LIVE`, `Quiesced` as
+/// `UBLK_S_DEV_QUIESCED`, `FailIo` as `UBLK_S_DEV_FAIL_IO`, the others as `UBLK_S_DEV_DEAD`.
 pub(crate) enum Lifecycle {
     /// Added, never started.
     Added,
@@ -52,6 +57,11 @@ pub(crate) enum Lifecycle {
     Live(Arc<GenDisk<DiskOps>>),
     /// Stopped: the disk is gone. A server that fetched every io slot may start it again.
     Stopped,
+    /// The server of a started device with `UBLK_F_USER_RECOVERY` went away: the disk stays, and
+    /// its requests wait for a new server, which `UBLK_U_CMD_END_USER_RECOVERY` makes live.
+    Quiesced(Arc<GenDisk<DiskOps>>),
+    /// As `Quiesced`, with `UBLK_F_USER_RECOVERY_FAIL_IO`: requests fail meanwhile.
+    FailIo(Arc<GenDisk<DiskOps>>),
 }
 
 /// Whether a server has `/dev/ublkcN` open (it has a single opener).
@@ -81,13 +91,18 @@ pub(crate) struct DeviceState {
     /// Keeps the module loaded while the release of `/dev/ublkcN` waits for io_uring to release
     /// the buffers of the server ([`UblkDevice::release`]).
     pub(crate) release_pin: Option<ModuleRef>,
+    /// How many io slots of each queue the server fetched: a queue whose requests wait for a
+    /// new server (user recovery) is served again once it has them all.
+    pub(crate) queue_fetched: KVec<u16>,
 }
 
 impl DeviceState {
     /// Returns the disk, if the device is live.
     pub(crate) fn disk(&self) -> Option<&Arc<GenDisk<DiskOps>>> {
         match &self.life {
-            Lifecycle::Live(disk) => Some(disk),
+            Lifecycle::Live(disk) | Lifecycle::Quiesced(disk) | Lifecycle::FailIo(disk) => {
+                Some(disk)
+            }
             Lifecycle::Added | Lifecycle::Stopped => None,
         }
     }
@@ -97,9 +112,25 @@ impl DeviceState {
         let mut info = self.info;
         info.state = match self.life {
             Lifecycle::Live(_) => uapi::S_DEV_LIVE,
+            Lifecycle::Quiesced(_) => uapi::S_DEV_QUIESCED,
+            Lifecycle::FailIo(_) => uapi::S_DEV_FAIL_IO,
             Lifecycle::Added | Lifecycle::Stopped => uapi::S_DEV_DEAD,
         };
         info
+    }
+
+    /// Counts `n` io slots of queue `queue` that the server fetched: once it has them all, the
+    /// queue is served again if it waited for a new server (`ublk_mark_io_ready()`).
+    pub(crate) fn mark_fetched(&mut self, queue: &Queue, q_id: u16, n: u16) {
+        let Some(fetched) = self.queue_fetched.get_mut(usize::from(q_id)) else {
+            return;
+        };
+        *fetched += n;
+        if usize::from(*fetched) == queue.slots().count()
+            && matches!(queue.state(), QueueState::Dead | QueueState::FailIo)
+        {
+            queue.set_state(QueueState::Serving);
+        }
     }
 
     /// Returns how many io slots the server fetched.
@@ -165,6 +196,7 @@ impl UblkDevice {
             GFP_KERNEL,
         )?;
         let queues = Queues::new(info.nr_hw_queues, info.queue_depth, info.flags)?;
+        let queue_fetched = KVec::from_elem(0, info.nr_hw_queues.into(), GFP_KERNEL)?;
         Arc::pin_init(
             try_pin_init!(Self {
                 id: info.dev_id,
@@ -177,6 +209,7 @@ impl UblkDevice {
                     life: Lifecycle::Added,
                     server: Server::Detached,
                     release_pin: None,
+                    queue_fetched,
                 }),
                 shmem <- new_mutex!(shmem::Buffers::new()),
                 server_mm <- new_spinlock!(None),
@@ -282,12 +315,31 @@ impl UblkDevice {
             let mut state = this.state.lock();
             let life = match state.life {
                 Lifecycle::Added => Lifecycle::Added,
-                Lifecycle::Live(_) | Lifecycle::Stopped => Lifecycle::Stopped,
+                Lifecycle::Live(_)
+                | Lifecycle::Quiesced(_)
+                | Lifecycle::FailIo(_)
+                | Lifecycle::Stopped => Lifecycle::Stopped,
             };
             core::mem::replace(&mut state.life, life)
         };
         // A `UBLK_U_CMD_START_DEV` that waits for the server's fetch commands gives up.
         this.ready.notify_all();
+        // Requests that wait for a new server (user recovery) would hold up the deletion of the
+        // disk: they fail now, and so do later ones (`ublk_force_abort_dev()`). This comes before
+        // the partition scan is cancelled, whose read may be one of them.
+        let shelved = match &old_life {
+            Lifecycle::Live(disk) | Lifecycle::Quiesced(disk) | Lifecycle::FailIo(disk)
+                if this.queues.iter().any(|q| q.requeue_io) =>
+            {
+                for queue in this.queues.iter() {
+                    queue.set_state(QueueState::Stopping);
+                    queue.sync();
+                }
+                disk.kick_requeue_list();
+                true
+            }
+            _ => false,
+        };
         // Not under the device lock, which the scan takes. The scan's I/O is served by the server,
         // or fails if it is gone. Once it is cancelled or done, no one else holds the disk.
         Self::cancel_scan(this);
@@ -304,8 +356,134 @@ impl UblkDevice {
             this.live.store(false, Relaxed);
             if matches!(state.server, Server::Attached { .. }) {
                 io::stop_all(this);
+            } else if shelved {
+                for queue in this.queues.iter() {
+                    queue.set_state(QueueState::Serving);
+                }
             }
         }
+    }
+
+    /// `UBLK_U_CMD_QUIESCE_DEV`: makes the server of a live device go away without losing its
+    /// requests, as if it had been killed, so that a new one can take over
+    /// (`ublk_ctrl_quiesce_dev()`).
+    ///
+    /// New requests wait from now on. Once every queue has an io slot whose fetch command waits
+    /// for a request (at most `timeout_ms` milliseconds, 0 for no limit), the server's waiting
+    /// commands complete with `UBLK_IO_RES_ABORT`, and so do those it sends from then on; once it
+    /// closed `/dev/ublkcN`, the device is quiesced (`UBLK_S_DEV_QUIESCED`). `EBUSY` if the time
+    /// ran out, `EINTR` on a signal: requests keep waiting until the server goes away.
+    pub(crate) fn quiesce(this: &Arc<Self>, timeout_ms: u64) -> Result {
+        if this.flags & F_QUIESCE == 0 {
+            return Err(EOPNOTSUPP);
+        }
+        let timeout_ms = if timeout_ms == 0 {
+            u32::MAX
+        } else {
+            // CAST: As the C driver, which passes the value to an `unsigned int`.
+            timeout_ms as u32
+        };
+        let state = this.state.lock();
+        match state.life {
+            Lifecycle::Added | Lifecycle::Stopped => return Err(ENODEV),
+            Lifecycle::Quiesced(_) | Lifecycle::FailIo(_) => return Ok(()),
+            Lifecycle::Live(_) => {}
+        }
+        io::start_cancel(this);
+        // As the C driver, under the device lock, counting the time slept.
+        let mut elapsed = 0;
+        while elapsed < timeout_ms && !current!().signal_pending() {
+            if io::each_queue_has_idle_slot(this) {
+                break;
+            }
+            fsleep(Delta::from_millis(QUIESCE_POLL_MS.into()));
+            elapsed += QUIESCE_POLL_MS;
+        }
+        drop(state);
+        if current!().signal_pending() {
+            return Err(EINTR);
+        }
+        if elapsed >= timeout_ms {
+            return Err(EBUSY);
+        }
+        io::abort_commands(this);
+        Ok(())
+    }
+
+    /// `UBLK_U_CMD_START_USER_RECOVERY`: checks that a new server may take over the device
+    /// (`ublk_ctrl_start_recovery()`). It changes nothing: a new server opens `/dev/ublkcN` and
+    /// fetches the io slots, then sends `UBLK_U_CMD_END_USER_RECOVERY`.
+    pub(crate) fn start_recovery(&self) -> Result {
+        let state = self.state.lock();
+        if self.flags & F_USER_RECOVERY == 0 {
+            return Err(EINVAL);
+        }
+        if matches!(state.server, Server::Attached { .. })
+            || !matches!(state.life, Lifecycle::Quiesced(_) | Lifecycle::FailIo(_))
+        {
+            return Err(EBUSY);
+        }
+        Ok(())
+    }
+
+    /// `UBLK_U_CMD_END_USER_RECOVERY`: once the new server `pid` fetched every io slot, the device
+    /// is live again, and the requests that waited for it go to it (`ublk_ctrl_end_recovery()`).
+    pub(crate) fn end_recovery(&self, pid: i32) -> Result {
+        let mut state = self.state.lock();
+        while state.nr_fetched() < self.nr_ios() && !self.is_stopping() {
+            if self.ready.wait_interruptible(&mut state) {
+                return Err(EINTR);
+            }
+        }
+        if !matches!(state.server, Server::Attached { tgid, .. } if tgid == pid) {
+            return Err(EINVAL);
+        }
+        if self.flags & F_USER_RECOVERY == 0 {
+            return Err(EINVAL);
+        }
+        let disk = match &state.life {
+            Lifecycle::Quiesced(disk) | Lifecycle::FailIo(disk) => disk.clone(),
+            _ => return Err(EBUSY),
+        };
+        state.life = Lifecycle::Live(disk.clone());
+        state.info.ublksrv_pid = pid;
+        // Every queue is served since the server fetched its io slots; a request put aside under
+        // an older state is on the requeue list once the slots were visited.
+        for queue in self.queues.iter() {
+            queue.sync();
+        }
+        disk.kick_requeue_list();
+        Ok(())
+    }
+
+    /// `UBLK_U_CMD_UPDATE_SIZE`: the device now has `sectors` sectors (`ublk_ctrl_set_size()`).
+    ///
+    /// As in the C driver, any started device takes it, with or without `UBLK_F_UPDATE_SIZE`,
+    /// and the size is not checked; `UBLK_U_CMD_GET_PARAMS` reports it from then on.
+    pub(crate) fn update_size(&self, sectors: u64) -> Result {
+        let mut state = self.state.lock();
+        let disk = state.disk().cloned().ok_or(ENODEV)?;
+        state.params.set_dev_sectors(sectors);
+        disk.set_capacity_and_notify(sectors);
+        Ok(())
+    }
+
+    /// `UBLK_U_CMD_TRY_STOP_DEV`: stops the device as `UBLK_U_CMD_STOP_DEV` does, unless its disk
+    /// is open (`EBUSY`) (`UBLK_F_SAFE_STOP_DEV`, `ublk_ctrl_try_stop_dev()`).
+    ///
+    /// Unlike the C driver, the disk may be opened again between the check and the stop (the C
+    /// driver then refuses opens by tasks without `CAP_SYS_ADMIN`); the stop then waits for the
+    /// I/O of that opener, as `UBLK_U_CMD_STOP_DEV` would.
+    pub(crate) fn try_stop(this: &Arc<Self>) -> Result {
+        let disk = this.state.lock().disk().cloned().ok_or(ENODEV)?;
+        let busy = disk.with_openers(|openers| openers > 0);
+        // The stop deletes the disk when it drops the device's reference, which must be the last.
+        drop(disk);
+        if busy {
+            return Err(EBUSY);
+        }
+        Self::stop(this);
+        Ok(())
     }
 
     /// Returns whether the device is live (`UBLK_S_DEV_LIVE`), as user copies see it.
@@ -326,11 +504,6 @@ impl UblkDevice {
         Work::<Self, SCAN_WORK>::cancel_sync(this);
     }
 
-    /// Returns whether the device is started, with a disk.
-    pub(crate) fn is_started(&self) -> bool {
-        self.state.lock().disk().is_some()
-    }
-
     /// The server closed `/dev/ublkcN`: the requests it was serving fail, the device stops, and
     /// a new server may open it.
     ///
@@ -343,7 +516,9 @@ impl UblkDevice {
     /// io_uring calls back into it, the server stays attached (a new server cannot open
     /// `/dev/ublkcN` yet), and `UBLK_U_CMD_DEL_DEV` waits.
     pub(crate) fn release(this: Arc<Self>) {
-        if io::abort_all(&this) {
+        // From now on requests fail, or wait for a new server.
+        io::start_cancel(&this);
+        if io::any_lent(&this) {
             this.state.lock().release_pin =
                 Some(<crate::RustUblk as ModuleMetadata>::THIS_MODULE.get());
             // A device has one opener, so the work item is not queued already.
@@ -353,16 +528,54 @@ impl UblkDevice {
         }
     }
 
-    /// Finishes [`UblkDevice::release`] once the server's requests failed.
+    /// Finishes [`UblkDevice::release`] once no buffer holds a request of the server any more:
+    /// its requests fail, or wait for a new server, and a new server may open `/dev/ublkcN`.
     fn finish_release(this: &Arc<Self>) {
-        // Without user recovery, a started device dies with its server: its disk goes away, and
-        // the device can only be deleted.
-        Self::stop(this);
-        io::reset_all(this);
+        io::abort_all(this);
+        let serving = if this.flags & F_USER_RECOVERY == 0 {
+            // Without user recovery, a started device dies with its server: its disk goes away,
+            // and the device can only be deleted.
+            Self::stop(this);
+            true
+        } else {
+            Self::wait_for_server(this)
+        };
+        io::reset_all(this, serving);
         let mm = this.server_mm.lock().take();
         drop(mm);
-        this.state.lock().server = Server::Detached;
+        {
+            let mut state = this.state.lock();
+            state.server = Server::Detached;
+            for fetched in state.queue_fetched.iter_mut() {
+                *fetched = 0;
+            }
+        }
         this.ready.notify_all();
+    }
+
+    /// The server of a device with user recovery went away: a started device keeps its disk and
+    /// waits for a new server, its requests put aside or failing meanwhile. Returns whether the
+    /// queues are served (the device has no disk).
+    fn wait_for_server(this: &Arc<Self>) -> bool {
+        // A stop that deletes the disk holds this: the device is then stopped.
+        let _shmem = this.shmem.lock();
+        let mut state = this.state.lock();
+        let life = core::mem::replace(&mut state.life, Lifecycle::Stopped);
+        state.life = match life {
+            Lifecycle::Live(disk) if this.queues.iter().any(|q| q.requeue_io) => {
+                Lifecycle::Quiesced(disk)
+            }
+            Lifecycle::Live(disk) => {
+                for queue in this.queues.iter() {
+                    queue.set_state(QueueState::FailIo);
+                }
+                Lifecycle::FailIo(disk)
+            }
+            other => other,
+        };
+        // As GET_DEV_INFO of the C driver reports a server that is gone.
+        state.info.ublksrv_pid = -1;
+        state.disk().is_none()
     }
 
     /// Returns whether a server has `/dev/ublkcN` open.
@@ -394,6 +607,10 @@ impl_has_work! {
 impl_has_delayed_work! {
     impl HasDelayedWork<Self, RELEASE_WORK> for UblkDevice { self.release_work }
 }
+
+/// How often `UBLK_U_CMD_QUIESCE_DEV` looks whether the server can learn about the quiesce, in
+/// milliseconds, as the C driver (`UBLK_REQUEUE_DELAY_MS`).
+const QUIESCE_POLL_MS: u32 = 3;
 
 /// The identity of [`UblkDevice::scan_work`] among the work items of a device.
 const SCAN_WORK: u64 = 0;

@@ -26,6 +26,8 @@ pub(crate) const F_SUPPORT_RQ_AFFINITY: u64 = u::UBLK_F_SUPPORT_RQ_AFFINITY as u
 pub(crate) const F_SHMEM_ZC: u64 = u::UBLK_F_SHMEM_ZC as u64;
 pub(crate) const F_NO_AUTO_PART_SCAN: u64 = u::UBLK_F_NO_AUTO_PART_SCAN as u64;
 pub(crate) const F_BATCH_IO: u64 = u::UBLK_F_BATCH_IO as u64;
+pub(crate) const F_UPDATE_SIZE: u64 = u::UBLK_F_UPDATE_SIZE as u64;
+pub(crate) const F_SAFE_STOP_DEV: u64 = u::UBLK_F_SAFE_STOP_DEV as u64;
 
 /// The recovery flags, of which only some combinations make sense.
 pub(crate) const F_ALL_RECOVERY_FLAGS: u64 =
@@ -50,6 +52,12 @@ pub(crate) const F_ALL: u64 = F_SUPPORT_ZERO_COPY
     | F_SHMEM_ZC
     | F_NO_AUTO_PART_SCAN
     | F_BATCH_IO
+    | F_UPDATE_SIZE
+    | F_SAFE_STOP_DEV
+    | F_USER_RECOVERY
+    | F_USER_RECOVERY_REISSUE
+    | F_USER_RECOVERY_FAIL_IO
+    | F_QUIESCE
     | F_SUPPORT_RQ_AFFINITY
     | if cfg!(CONFIG_BLK_DEV_INTEGRITY) {
         F_INTEGRITY
@@ -61,9 +69,13 @@ pub(crate) const F_ALL: u64 = F_SUPPORT_ZERO_COPY
 ///
 /// Commands of `/dev/ublkcN` may be ioctl-encoded, their completion is always posted from the
 /// server's task, each io slot belongs to the server thread that fetched it, not each queue to
-/// one thread, and any thread may register the data of a request as a buffer.
-pub(crate) const F_ALWAYS: u64 =
-    F_CMD_IOCTL_ENCODE | F_URING_CMD_COMP_IN_TASK | F_PER_IO_DAEMON | F_BUF_REG_OFF_DAEMON;
+/// one thread, any thread may register the data of a request as a buffer, and
+/// `UBLK_U_CMD_TRY_STOP_DEV` works.
+pub(crate) const F_ALWAYS: u64 = F_CMD_IOCTL_ENCODE
+    | F_URING_CMD_COMP_IN_TASK
+    | F_PER_IO_DAEMON
+    | F_BUF_REG_OFF_DAEMON
+    | F_SAFE_STOP_DEV;
 
 /// The flags that `UBLK_F_BATCH_IO` clears, as in the C driver: its io slots belong to no server
 /// thread, and its commit commands name the buffers of writes before they arrive.

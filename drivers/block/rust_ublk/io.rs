@@ -75,7 +75,7 @@ use crate::{
     chardev::Cmd,
     device::{Server, UblkDevice},
     iodesc::DescWriter,
-    queue::{DiskOps, Queue, QueueState, Rq, Slot},
+    queue::{DiskOps, NoServer, Queue, QueueState, Rq, Slot},
     shmem,
     uapi::{self, AutoBufReg, IoCmd, IoDesc},
     zerocopy::{self, BufRelease},
@@ -156,6 +156,20 @@ impl Served {
             Request::complete(self.rq);
         } else {
             end_request(self.rq);
+        }
+    }
+
+    /// Puts the request aside, on the requeue list of its queue, until a new server serves the
+    /// queue (user recovery): `UBLK_U_CMD_END_USER_RECOVERY` kicks the list, and so does
+    /// stopping the device, which fails them.
+    ///
+    /// Called under the lock of the request's io slot, after the queue's state was read under
+    /// it, so that [`Queue::sync`] waits for it. The request must not be lent.
+    fn shelve(self) {
+        // By the type invariants, `rq` is the only reference, since the slot lent none.
+        if let Err(rq) = Request::requeue_unkicked(self.rq) {
+            warn_on!(true);
+            drop(rq);
         }
     }
 
@@ -311,7 +325,9 @@ impl Io {
         fetch: QueuedIoUringCmd,
         addr: u64,
     ) -> Option<QueuedIoUringCmd> {
-        if queue.state() == QueueState::Stopping {
+        // Unlike the C driver, which keeps such a command until io_uring cancels it, a server that
+        // is going away (the device is stopped or quiesced) gets no more requests.
+        if queue.state() != QueueState::Serving {
             self.state = IoState::Idle;
             return Some(fetch);
         }
@@ -330,6 +346,27 @@ impl Io {
         }
         self.parked = Some(served);
         None
+    }
+
+    /// Deals with `served`, the request of the slot, which no server takes (`__ublk_abort_rq()`,
+    /// `__ublk_fail_req()`): puts it aside for the next server, or records its failure and
+    /// returns it to be ended now, unless it is lent (then the last borrower ends it). `owned`
+    /// if the server that went away owned it.
+    pub(crate) fn without_server(
+        &mut self,
+        queue: &Queue,
+        served: Served,
+        owned: bool,
+    ) -> Option<Served> {
+        match queue.no_server(owned) {
+            NoServer::Shelve if self.lent == 0 => {
+                served.shelve();
+                None
+            }
+            // A request that a buffer still holds cannot go back to blk-mq.
+            NoServer::Shelve => self.settle(served, EIO.to_errno(), 0),
+            NoServer::Fail(err) => self.settle(served, err.to_errno(), 0),
+        }
     }
 
     /// Takes the request that the server owns.
@@ -449,8 +486,12 @@ pub(crate) fn dispatch<'a>(queue: &'a Arc<Queue>, rq: ARef<Rq>, batch: &mut Opti
     let tag = served.tag() as u16;
     let mut io = slot.lock();
     if queue.state() != QueueState::Serving {
+        let served = io.without_server(queue, served, false);
         drop(io);
-        return served.finish(queue, EIO.to_errno(), 0);
+        if let Some(served) = served {
+            served.end(queue);
+        }
+        return;
     }
     let Some(desc) = describe(&served, io.addr) else {
         drop(io);
@@ -461,8 +502,12 @@ pub(crate) fn dispatch<'a>(queue: &'a Arc<Queue>, rq: ARef<Rq>, batch: &mut Opti
         other => {
             // No command to hand the request over with: the server is going away.
             io.state = other;
+            let served = io.without_server(queue, served, false);
             drop(io);
-            return served.finish(queue, EIO.to_errno(), 0);
+            if let Some(served) = served {
+                served.end(queue);
+            }
+            return;
         }
     };
     io.desc.write(&desc);
@@ -606,21 +651,24 @@ fn deliver_one(
             served.requeue();
         }
         _ => {
-            // The request fails. The command waits for the next request, unless the server's
+            // The request fails, or, if the server's task exits, waits for the next server if
+            // the device recovers. The command waits for the next request, unless the server's
             // task exits: then it completes with `UBLK_IO_RES_ABORT`, and the slot is free for
             // the next server to fetch.
-            let cmd = if canceled {
+            let (cmd, served) = if canceled {
                 io.state = IoState::Idle;
-                Some(cmd)
+                (Some(cmd), io.without_server(queue, served, false))
             } else {
                 io.state = IoState::Fetched(cmd);
-                None
+                (None, io.settle(served, EIO.to_errno(), 0))
             };
             drop(io);
             if let Some(cmd) = cmd {
                 cmd.done(Err(RES_ABORT), issue_flags);
             }
-            served.finish(queue, EIO.to_errno(), 0);
+            if let Some(served) = served {
+                served.end(queue);
+            }
         }
     }
     next
@@ -902,6 +950,7 @@ pub(crate) fn fetch<'a>(
         // that opened `/dev/ublkcN`.
         *tgid = current!().tgid_nr_ns(None);
     }
+    state.mark_fetched(queue, io_cmd.q_id, 1);
     if state.nr_fetched() == dev.nr_ios() {
         dev.ready.notify_all();
     }
@@ -1078,7 +1127,8 @@ pub(crate) fn cancel(dev: &UblkDevice, cmd: IoUringCmdCancel<'_>, issue_flags: I
     let Ok(queue) = dev.queues.get(pdu_queue(pdu)) else {
         return;
     };
-    queue.fail_requests();
+    // As in the C driver, every queue of the device stops taking requests.
+    start_cancel(dev);
     if pdu_tag(pdu) == batch::FETCH_TAG.into() {
         return batch::cancel(queue, &cmd, issue_flags);
     }
@@ -1098,22 +1148,30 @@ pub(crate) fn cancel(dev: &UblkDevice, cmd: IoUringCmdCancel<'_>, issue_flags: I
     fetch.done(Err(RES_ABORT), issue_flags);
 }
 
-/// The server closed `/dev/ublkcN`: the requests it was serving fail, and later ones too.
-///
-/// Every command of the server completed before (a command keeps the file open), so no io slot
-/// is dispatched or delivering any more. Returns whether a request is still lent to a buffer
-/// registered with io_uring: it ends once io_uring releases the buffer.
-pub(crate) fn abort_all(dev: &UblkDevice) -> bool {
+/// The server is going away: requests of every queue fail from now on, or wait for the next
+/// server (the C driver's `ublk_start_cancel()`).
+pub(crate) fn start_cancel(dev: &UblkDevice) {
     for queue in dev.queues.iter() {
         queue.fail_requests();
+    }
+}
+
+/// The server closed `/dev/ublkcN`, and io_uring released every buffer that held its requests
+/// ([`any_lent`]): the requests it was serving fail, or, with user recovery, wait for the next
+/// server (`ublk_abort_queue()`).
+///
+/// Every command of the server completed before (a command keeps the file open), so no io slot
+/// is dispatched or delivering any more.
+pub(crate) fn abort_all(dev: &UblkDevice) {
+    start_cancel(dev);
+    for queue in dev.queues.iter() {
         for slot in queue.slots() {
             let served = {
                 let mut io = slot.lock();
-                // The ring that holds a buffer registered automatically is going away, and
-                // releases it.
+                // The ring that held a buffer registered automatically is gone.
                 io.auto_registered = None;
                 io.take_serving()
-                    .and_then(|served| io.settle(served, EIO.to_errno(), 0))
+                    .and_then(|served| io.without_server(queue, served, true))
             };
             if let Some(served) = served {
                 served.end(queue);
@@ -1121,7 +1179,18 @@ pub(crate) fn abort_all(dev: &UblkDevice) -> bool {
         }
         batch::abort(queue);
     }
-    any_lent(dev)
+}
+
+/// Returns whether every queue of the device has an io slot whose fetch command waits for a
+/// request, through which the server can learn that the device is quiesced; always, for batch
+/// io, whose fetch commands belong to the queue (`ublk_wait_for_idle_io()`).
+pub(crate) fn each_queue_has_idle_slot(dev: &UblkDevice) -> bool {
+    dev.queues.iter().all(|queue| {
+        queue.events.is_some()
+            || queue
+                .slots()
+                .any(|slot| matches!(slot.lock().state, IoState::Fetched(_)))
+    })
 }
 
 /// Returns whether a request of the device is lent: a user copy or a registered buffer holds it.
@@ -1132,9 +1201,14 @@ pub(crate) fn any_lent(dev: &UblkDevice) -> bool {
 }
 
 /// The server is gone: a new server may fetch the io slots again.
-pub(crate) fn reset_all(dev: &UblkDevice) {
+///
+/// Unless `serving`, the queues keep their state (a started device that recovers: its requests
+/// wait or fail until the new server fetched every io slot of their queue).
+pub(crate) fn reset_all(dev: &UblkDevice, serving: bool) {
     for queue in dev.queues.iter() {
-        queue.set_state(QueueState::Serving);
+        if serving {
+            queue.set_state(QueueState::Serving);
+        }
         for slot in queue.slots() {
             // The task reference is not put under the lock.
             let task = slot.lock().task.take();
@@ -1149,6 +1223,14 @@ pub(crate) fn reset_all(dev: &UblkDevice) {
 pub(crate) fn stop_all(dev: &UblkDevice) {
     for queue in dev.queues.iter() {
         queue.set_state(QueueState::Stopping);
+    }
+    abort_commands(dev);
+}
+
+/// Completes the server's commands that wait for requests with `UBLK_IO_RES_ABORT`
+/// (`ublk_cancel_dev()`).
+pub(crate) fn abort_commands(dev: &UblkDevice) {
+    for queue in dev.queues.iter() {
         for slot in queue.slots() {
             let mut io = slot.lock();
             match io.take() {

@@ -157,6 +157,12 @@ impl Params {
         types.put(&mut self.raw, OFF_TYPES);
     }
 
+    /// Changes the size of the device in the basic parameters (`UBLK_U_CMD_UPDATE_SIZE`).
+    pub(crate) fn set_dev_sectors(&mut self, sectors: u64) {
+        type B = u::ublk_param_basic;
+        sectors.put(&mut self.raw, OFF_BASIC + offset_of!(B, dev_sectors));
+    }
+
     /// Returns the basic parameters.
     pub(crate) fn basic(&self) -> Basic {
         type B = u::ublk_param_basic;

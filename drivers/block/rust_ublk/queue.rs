@@ -11,7 +11,8 @@ use crate::{
     batch::{self, EventQueue},
     features::{
         F_AUTO_BUF_REG, F_BATCH_IO, F_NEED_GET_DATA, F_SHMEM_ZC, F_SUPPORT_RQ_AFFINITY,
-        F_SUPPORT_ZERO_COPY, F_USER_COPY,
+        F_SUPPORT_ZERO_COPY, F_USER_COPY, F_USER_RECOVERY, F_USER_RECOVERY_FAIL_IO,
+        F_USER_RECOVERY_REISSUE,
     },
     io::{self, Io},
     iodesc::{self, DescPages},
@@ -55,25 +56,39 @@ pub(crate) fn new_tag_set(nr_queues: u16, depth: u16) -> impl PinInit<TagSet<Dis
 /// ```text
 ///          io_uring cancels a command of the server,
 ///          or the server closes /dev/ublkcN
-///   Serving --------------------------------------> Dead
-///      |                                              |
-///      | UBLK_U_CMD_STOP_DEV, UBLK_U_CMD_DEL_DEV      | UBLK_U_CMD_STOP_DEV, UBLK_U_CMD_DEL_DEV
-///      v                                              v
-///   Stopping <----------------------------------------+
+///   Serving --------------------------------------> Dead ----------------> FailIo
+///      |                                              |   server gone,       |
+///      | UBLK_U_CMD_STOP_DEV, UBLK_U_CMD_DEL_DEV      |   recovery with      |
+///      v                                              v   FAIL_IO            |
+///   Stopping <----------------------------------------+----------------------+
 /// ```
 ///
 /// `Dead` and `Stopping` go back to `Serving` when the server closes `/dev/ublkcN`, once its
-/// requests failed: a new server may then fetch the io slots.
+/// requests failed or were put aside: a new server may then fetch the io slots. On a started
+/// device with user recovery, `Dead` and `FailIo` stay until a new server fetched every io slot
+/// of the queue.
 #[derive(Clone, Copy, PartialEq, Eq)]
 #[repr(i32)]
 pub(crate) enum QueueState {
     /// Requests go to the server.
     Serving = 0,
-    /// The server is going away: requests fail instead of waiting for it.
+    /// The server is going away, or gone: requests fail instead of waiting for it, or, with user
+    /// recovery, wait for the next server (the C driver's `canceling`).
     Dead = 1,
     /// The device is stopped: requests fail, and the commands that the server sends complete at
     /// once with `UBLK_IO_RES_ABORT` instead of waiting for requests, so that it exits.
     Stopping = 2,
+    /// The server is gone from a device with `UBLK_F_USER_RECOVERY_FAIL_IO`: requests fail with
+    /// `EREMOTEIO` until a new server serves the queue (the C driver's `fail_io`).
+    FailIo = 3,
+}
+
+/// What happens to a request that no server takes ([`Queue::no_server`]).
+pub(crate) enum NoServer {
+    /// The request waits, unkicked, on the requeue list, for a new server.
+    Shelve,
+    /// The request fails with this error.
+    Fail(Error),
 }
 
 // SAFETY:
@@ -105,6 +120,12 @@ pub(crate) struct Queue {
     /// Whether the server names the buffer for the data of a write only once it learnt about the
     /// write (`UBLK_F_NEED_GET_DATA`).
     pub(crate) need_get_data: bool,
+    /// Whether requests wait for a new server when the server goes away, rather than fail
+    /// (`UBLK_F_USER_RECOVERY` without `UBLK_F_USER_RECOVERY_FAIL_IO`).
+    pub(crate) requeue_io: bool,
+    /// Whether requests that the server owned when it went away are dispatched again to the next
+    /// server, rather than fail (`UBLK_F_USER_RECOVERY_REISSUE`).
+    pub(crate) reissue: bool,
     /// Whether the server registers the data of requests as io_uring fixed buffers
     /// (`UBLK_U_IO_REGISTER_IO_BUF`, `UBLK_F_SUPPORT_ZERO_COPY`).
     pub(crate) zero_copy: bool,
@@ -145,6 +166,8 @@ impl Queue {
                 rq_affinity: flags & F_SUPPORT_RQ_AFFINITY != 0,
                 user_copy: flags & F_USER_COPY != 0,
                 need_get_data: flags & F_NEED_GET_DATA != 0,
+                requeue_io: flags & F_USER_RECOVERY != 0 && flags & F_USER_RECOVERY_FAIL_IO == 0,
+                reissue: flags & F_USER_RECOVERY != 0 && flags & F_USER_RECOVERY_REISSUE != 0,
                 zero_copy: flags & F_SUPPORT_ZERO_COPY != 0,
                 auto_buf_reg: flags & F_AUTO_BUF_REG != 0,
                 shmem,
@@ -189,12 +212,34 @@ impl Queue {
         self.state.store(state, Relaxed);
     }
 
-    /// The server is going away: requests fail from now on, unless the device is stopped, which
-    /// fails them already.
+    /// The server is going away: requests fail from now on, or wait for the next server, unless
+    /// the device is stopped, which fails them already.
     pub(crate) fn fail_requests(&self) {
         let _ = self
             .state
             .cmpxchg(QueueState::Serving, QueueState::Dead, Relaxed);
+    }
+
+    /// Returns what happens to a request of the queue that no server takes, read under the lock
+    /// of its io slot (`__ublk_abort_rq()`, `__ublk_fail_req()`): `owned` if the server that went
+    /// away had it already.
+    pub(crate) fn no_server(&self, owned: bool) -> NoServer {
+        match self.state() {
+            QueueState::Stopping => NoServer::Fail(EIO),
+            QueueState::FailIo => NoServer::Fail(EREMOTEIO),
+            _ if owned && self.reissue => NoServer::Shelve,
+            _ if !owned && self.requeue_io => NoServer::Shelve,
+            _ => NoServer::Fail(EIO),
+        }
+    }
+
+    /// Waits until the paths that read the queue's state under the lock of an io slot saw the
+    /// state that the caller set: a request put aside because of an older state is on the
+    /// requeue list once this returns.
+    pub(crate) fn sync(&self) {
+        for slot in self.slots() {
+            drop(slot.lock());
+        }
     }
 }
 

@@ -19,14 +19,21 @@
 //! # State
 //!
 //! - A device ([`device::UblkDevice`]) has a [`device::Lifecycle`] (added, live with a disk,
-//!   stopped) and a [`device::Server`] (detached, or attached with the count of fetched io slots),
-//!   both under the device lock.
-//! - Each queue ([`queue::Queue`]) has a [`queue::QueueState`] (serving, dead, stopping), an
-//!   atomic, and its io slots ([`io`]), each under its own lock: idle, holding the server's fetch
-//!   command, or owning a request that is on its way to the server or that the server serves. A
-//!   slot lends its request to user copies and registered buffers, and keeps a request that
-//!   ended while lent parked until the last of them gives it back. [`io`] says who owns a slot
-//!   and its request when.
+//!   quiesced or failing I/O while a device with user recovery waits for a new server, stopped)
+//!   and a [`device::Server`] (detached, or attached with the count of fetched io slots), both
+//!   under the device lock.
+//! - Each queue ([`queue::Queue`]) has a [`queue::QueueState`] (serving, dead, stopping, failing
+//!   I/O), an atomic, and its io slots ([`io`]), each under its own lock: idle, holding the
+//!   server's fetch command, or owning a request that is on its way to the server or that the
+//!   server serves. A slot lends its request to user copies and registered buffers, and keeps a
+//!   request that ended while lent parked until the last of them gives it back. [`io`] says who
+//!   owns a slot and its request when.
+//! - With user recovery, a request that no server takes is put aside on the queue's requeue list
+//!   without a kick ([`queue::NoServer`]), under the lock of its io slot, after reading the
+//!   queue's state under that lock. Whoever changes the state so that such requests must move
+//!   (`UBLK_U_CMD_END_USER_RECOVERY`, stopping the device) changes it, then takes and drops every
+//!   slot lock of the queue ([`queue::Queue::sync`]), then kicks the list: no request put aside
+//!   under the old state is missed.
 //!
 //! # Locks
 //!

@@ -46,6 +46,10 @@ pub(crate) const MAX_NR_QUEUES: u16 = u::UBLK_MAX_NR_QUEUES as u16;
 pub(crate) const S_DEV_DEAD: u16 = u::UBLK_S_DEV_DEAD as u16;
 // CAST: As above.
 pub(crate) const S_DEV_LIVE: u16 = u::UBLK_S_DEV_LIVE as u16;
+// CAST: As above.
+pub(crate) const S_DEV_QUIESCED: u16 = u::UBLK_S_DEV_QUIESCED as u16;
+// CAST: As above.
+pub(crate) const S_DEV_FAIL_IO: u16 = u::UBLK_S_DEV_FAIL_IO as u16;
 
 // Control command numbers (`_IOC_NR()` of `UBLK_U_CMD_*`).
 pub(crate) const CMD_GET_QUEUE_AFFINITY: u32 = u::UBLK_CMD_GET_QUEUE_AFFINITY;

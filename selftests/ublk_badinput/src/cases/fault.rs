@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use ublk_uapi::*;
 
-use super::server::Server;
+use super::server::{open_disk, Server};
 use super::{case, Case};
 use crate::chardev::{self, io_sqe, io_sqe_result, page_size, Mapping};
 use crate::env::{Env, MAX_IO_BUF_BYTES};
@@ -194,51 +194,13 @@ impl Writer {
     }
 }
 
-/// Opens the disk of device `id` for O_DIRECT writes through a node of
-/// its own, made from the disk's device number in sysfs: whatever is at
-/// `/dev/ublkb<id>` (a file another test left there, a node still on its
-/// way) does not matter.
-fn open_disk(id: u32) -> Result<std::fs::File, i32> {
-    let sys = format!("/sys/block/ublkb{id}/dev");
-    let start = Instant::now();
-    let devt = loop {
-        match std::fs::read_to_string(&sys) {
-            Ok(s) => break s,
-            Err(_) if start.elapsed() < Duration::from_secs(5) => {
-                std::thread::sleep(Duration::from_millis(10))
-            }
-            Err(e) => return Err(-e.raw_os_error().unwrap_or(libc::ENOENT)),
-        }
-    };
-    let (major, minor) = devt
-        .trim()
-        .split_once(':')
-        .and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)))
-        .ok_or(-libc::EINVAL)?;
-    let node = format!("/tmp/ublk_badinput.{}.ublkb{id}", std::process::id());
-    let cnode = std::ffi::CString::new(node.clone()).map_err(|_| -libc::EINVAL)?;
-    let _ = std::fs::remove_file(&node);
-    // SAFETY: `cnode` is a valid C string; mknod has no other preconditions.
-    let r = unsafe {
-        libc::mknod(
-            cnode.as_ptr(),
-            libc::S_IFBLK | 0o600,
-            libc::makedev(major, minor),
-        )
-    };
-    if r != 0 {
-        return Err(-chardev::errno());
-    }
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(&node);
-    let _ = std::fs::remove_file(&node);
-    file.map_err(|e| -e.raw_os_error().unwrap_or(libc::EIO))
-}
-
 fn write_direct(id: u32, len: usize) -> Result<i32, i32> {
-    let file = open_disk(id)?;
+    let file = open_disk(
+        id,
+        std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_DIRECT),
+    )?;
     let layout = std::alloc::Layout::from_size_align(len, 4096).map_err(|_| -libc::EINVAL)?;
     // SAFETY: the layout has a non-zero size.
     let ptr = unsafe { std::alloc::alloc_zeroed(layout) };

@@ -19,6 +19,7 @@ mod del;
 mod fault;
 mod getdata;
 mod io;
+mod live;
 mod params;
 mod server;
 mod shmem;
@@ -89,6 +90,8 @@ const FEATURE_NAMES: &[(u64, &str)] = &[
     (ublk_uapi::UBLK_F_USER_COPY, "UBLK_F_USER_COPY"),
     (ublk_uapi::UBLK_F_AUTO_BUF_REG, "UBLK_F_AUTO_BUF_REG"),
     (ublk_uapi::UBLK_F_BATCH_IO, "UBLK_F_BATCH_IO"),
+    (ublk_uapi::UBLK_F_UPDATE_SIZE, "UBLK_F_UPDATE_SIZE"),
+    (ublk_uapi::UBLK_F_SAFE_STOP_DEV, "UBLK_F_SAFE_STOP_DEV"),
 ];
 
 /// Why `case` is skipped by a driver that reports `features`, if it is.
@@ -125,6 +128,7 @@ pub fn all() -> Vec<&'static Case> {
         del::CASES,
         fault::CASES,
         batch::CASES,
+        live::CASES,
     ]
     .into_iter()
     .flatten()

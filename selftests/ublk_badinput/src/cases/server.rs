@@ -1,13 +1,21 @@
 //! A would-be ublk server for the io and state cases: a device, its char
-//! device open, a ring for io commands and a buffer for them to point at.
+//! device open, a ring for io commands and a buffer for them to point at;
+//! and [`Answering`], a started device whose I/O a thread answers.
 
 use anyhow::{bail, Result};
 use io_uring::squeue;
 use std::fs::File;
-use std::os::fd::AsRawFd;
-use ublk_uapi::{UBLK_U_CMD_SET_PARAMS, UBLK_U_CMD_START_DEV, UBLK_U_IO_FETCH_REQ};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use ublk_uapi::{
+    UblksrvIoDesc, UBLK_IO_OP_READ, UBLK_IO_OP_WRITE, UBLK_U_CMD_SET_PARAMS, UBLK_U_CMD_START_DEV,
+    UBLK_U_IO_COMMIT_AND_FETCH_REQ, UBLK_U_IO_FETCH_REQ,
+};
 
-use crate::chardev::{io_sqe, open_setup, IoBuf};
+use crate::chardev::{self, io_sqe, io_sqe_result, map_descs_setup, open_setup, IoBuf, Mapping};
 use crate::ctrl::{hdr, sqe128, with_buf};
 use crate::env::{Dev, Env};
 use crate::errno::show;
@@ -95,4 +103,129 @@ impl Server {
             got => bail!("setup: START_DEV got {}", show(got)),
         }
     }
+}
+
+/// A started one-tag device (copy mode) whose requests a thread of its own
+/// answers: reads and writes in full (reads with the zeroes of the
+/// server's buffer), others with 0. The partition scan and udev's probes
+/// then end, and let go of the disk, as with a real server; START_DEV may
+/// wait for them (it runs on the case's thread while this one answers).
+///
+/// The thread fetches and commits (a tag belongs to the task that fetched
+/// it). It ends when its fetch completes with an error (the device was
+/// stopped: the driver cancels the server's commands) or when this is
+/// dropped, which waits for it before closing the char device.
+pub struct Answering {
+    pub s: Server,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Result<()>>>,
+    _descs: Mapping,
+}
+
+impl Answering {
+    /// Adds a device that asks for `flags`, answers its I/O and starts it
+    /// (setup step).
+    pub fn start(env: &mut Env, flags: u64) -> Result<Self> {
+        let mut s = Server::with_flags(env, 1, flags)?;
+        let fd = s.file.as_raw_fd();
+        let descs = map_descs_setup(fd, 1)?;
+        let ring = std::mem::replace(&mut s.ring, Ring::new()?);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (descs_addr, buf) = (descs.addr() as usize, s.buf.addr());
+        let thread = {
+            let stop = stop.clone();
+            std::thread::spawn(move || answer(ring, fd, descs_addr, buf, stop))
+        };
+        let a = Answering {
+            s,
+            stop,
+            thread: Some(thread),
+            _descs: descs,
+        };
+        a.s.set_params(env)?;
+        match a.s.start(env, std::process::id() as u64)? {
+            Got::Res(0) => Ok(a),
+            got => bail!("setup: START_DEV got {}", show(got)),
+        }
+    }
+}
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The thread of [`Answering`]: answers tag 0 of the char device `fd`,
+/// whose descriptors are mapped at `descs`, with the buffer `buf`, until
+/// `stop` or a fetch that completes with an error.
+fn answer(
+    mut ring: Ring<squeue::Entry>,
+    fd: RawFd,
+    descs: usize,
+    buf: u64,
+    stop: Arc<AtomicBool>,
+) -> Result<()> {
+    let mut token = ring.submit(io_sqe(fd, UBLK_U_IO_FETCH_REQ, 0, 0, buf))?;
+    loop {
+        match ring.wait(token, Duration::from_millis(200))? {
+            Got::Pending if stop.load(Ordering::Relaxed) => return Ok(()),
+            Got::Pending => continue,
+            Got::Res(0) => {}
+            // Stopped (UBLK_IO_RES_ABORT) or refused: nothing to answer.
+            Got::Res(_) => return Ok(()),
+        }
+        // SAFETY: `descs` maps the descriptor of tag 0, which the driver
+        // wrote before it completed the fetch, and outlives this thread.
+        let desc = unsafe { std::ptr::read_volatile(descs as *const UblksrvIoDesc) };
+        let res = match desc.op() {
+            UBLK_IO_OP_READ | UBLK_IO_OP_WRITE => (desc.nr_sectors << 9) as i32,
+            _ => 0,
+        };
+        let commit = io_sqe_result(fd, UBLK_U_IO_COMMIT_AND_FETCH_REQ, 0, 0, buf, res);
+        token = ring.submit(commit)?;
+    }
+}
+
+/// Opens the disk of device `id` with `options` through a node of its own,
+/// made from the disk's device number in sysfs: whatever is at
+/// `/dev/ublkb<id>` (a file another test left there, a node still on its
+/// way) does not matter. `Err(-errno)` on failure.
+pub fn open_disk(id: u32, options: &std::fs::OpenOptions) -> Result<File, i32> {
+    let sys = format!("/sys/block/ublkb{id}/dev");
+    let start = Instant::now();
+    let devt = loop {
+        match std::fs::read_to_string(&sys) {
+            Ok(s) => break s,
+            Err(_) if start.elapsed() < Duration::from_secs(5) => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            Err(e) => return Err(-e.raw_os_error().unwrap_or(libc::ENOENT)),
+        }
+    };
+    let (major, minor) = devt
+        .trim()
+        .split_once(':')
+        .and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)))
+        .ok_or(-libc::EINVAL)?;
+    let node = format!("/tmp/ublk_badinput.{}.ublkb{id}", std::process::id());
+    let cnode = std::ffi::CString::new(node.clone()).map_err(|_| -libc::EINVAL)?;
+    let _ = std::fs::remove_file(&node);
+    // SAFETY: `cnode` is a valid C string; mknod has no other preconditions.
+    let r = unsafe {
+        libc::mknod(
+            cnode.as_ptr(),
+            libc::S_IFBLK | 0o600,
+            libc::makedev(major, minor),
+        )
+    };
+    if r != 0 {
+        return Err(-chardev::errno());
+    }
+    let file = options.open(&node);
+    let _ = std::fs::remove_file(&node);
+    file.map_err(|e| -e.raw_os_error().unwrap_or(libc::EIO))
 }
