@@ -317,7 +317,7 @@ fn prep<'a>(dev: &UblkDevice, cmd: &Cmd<'a>, hdr: &BatchIo) -> Result<Issued<'a>
         *tgid = current!().tgid_nr_ns(None);
     }
     // CAST: At most `nr_elem`, a `u16`.
-    state.mark_fetched(queue, hdr.q_id, done as u16);
+    state.mark_fetched(dev.depth, queue, hdr.q_id, done as u16);
     if state.nr_fetched() == dev.nr_ios() {
         dev.ready.notify_all();
     }

@@ -22,7 +22,6 @@ use kernel::{
         Arc, CondVar, Mutex, SpinLock,
     },
     task::Pid,
-    time::{delay::fsleep, Delta},
     workqueue::{
         self, impl_has_delayed_work, impl_has_work, new_delayed_work, new_work, DelayedWork, Work,
         WorkItem,
@@ -94,10 +93,17 @@ pub(crate) struct DeviceState {
     /// How many io slots of each queue the server fetched: a queue whose requests wait for a
     /// new server (user recovery) is served again once it has them all.
     pub(crate) queue_fetched: KVec<u16>,
+    /// Whether io_uring cancelled a command of the server, or `UBLK_U_CMD_QUIESCE_DEV` quiesced
+    /// it: its queues are not served again until the next server (the C driver's
+    /// `ub->canceling`).
+    pub(crate) canceled: bool,
+    /// Whether [`UblkDevice::stop`] is deleting the disk, which the release of `/dev/ublkcN`
+    /// waits for before it looks at the device's life.
+    pub(crate) deleting: bool,
 }
 
 impl DeviceState {
-    /// Returns the disk, if the device is live.
+    /// Returns the disk, if the device has one: live, or waiting for a new server.
     pub(crate) fn disk(&self) -> Option<&Arc<GenDisk<DiskOps>>> {
         match &self.life {
             Lifecycle::Live(disk) | Lifecycle::Quiesced(disk) | Lifecycle::FailIo(disk) => {
@@ -119,17 +125,17 @@ impl DeviceState {
         info
     }
 
-    /// Counts `n` io slots of queue `queue` that the server fetched: once it has them all, the
-    /// queue is served again if it waited for a new server (`ublk_mark_io_ready()`).
-    pub(crate) fn mark_fetched(&mut self, queue: &Queue, q_id: u16, n: u16) {
+    /// Counts `n` io slots of `queue`, queue `q_id` of a device of `depth` io slots per queue,
+    /// that the server fetched: once it has them all, the queue is served again if it waited for
+    /// a new server, unless the server is going away already (`ublk_mark_io_ready()`).
+    pub(crate) fn mark_fetched(&mut self, depth: u16, queue: &Queue, q_id: u16, n: u16) {
         let Some(fetched) = self.queue_fetched.get_mut(usize::from(q_id)) else {
             return;
         };
-        *fetched += n;
-        if usize::from(*fetched) == queue.slots().count()
-            && matches!(queue.state(), QueueState::Dead | QueueState::FailIo)
-        {
-            queue.set_state(QueueState::Serving);
+        // A slot is fetched once per server, so this stays within `depth`.
+        *fetched = fetched.saturating_add(n);
+        if *fetched >= depth && !self.canceled {
+            queue.serve_again();
         }
     }
 
@@ -210,6 +216,8 @@ impl UblkDevice {
                     server: Server::Detached,
                     release_pin: None,
                     queue_fetched,
+                    canceled: false,
+                    deleting: false,
                 }),
                 shmem <- new_mutex!(shmem::Buffers::new()),
                 server_mm <- new_spinlock!(None),
@@ -310,6 +318,26 @@ impl UblkDevice {
     pub(crate) fn stop(this: &Arc<Self>) {
         // No registered buffer changes while the disk goes away: those changes freeze the queue
         // of the disk whose requests may name the buffers, which is only dropped below.
+        // Requests that wait for a new server (user recovery) would hold up the deletion of the
+        // disk, and a freeze of its queue by `UBLK_U_CMD_REG_BUF` under `shmem`: they fail now,
+        // and so do later ones (`ublk_force_abort_dev()`), before this waits for anything. This
+        // comes before the partition scan is cancelled, whose read may be one of them.
+        let shelved = {
+            let state = this.state.lock();
+            match state.disk() {
+                Some(disk) if this.queues.iter().any(|q| q.requeue_io) => {
+                    for queue in this.queues.iter() {
+                        queue.set_state(QueueState::Stopping);
+                        queue.sync();
+                    }
+                    disk.kick_requeue_list();
+                    true
+                }
+                _ => false,
+            }
+        };
+        // No registered buffer changes while the disk goes away: those changes freeze the queue
+        // of the disk whose requests may name the buffers, which is only dropped below.
         let shmem = this.shmem.lock();
         let old_life = {
             let mut state = this.state.lock();
@@ -320,32 +348,29 @@ impl UblkDevice {
                 | Lifecycle::FailIo(_)
                 | Lifecycle::Stopped => Lifecycle::Stopped,
             };
-            core::mem::replace(&mut state.life, life)
-        };
-        // A `UBLK_U_CMD_START_DEV` that waits for the server's fetch commands gives up.
-        this.ready.notify_all();
-        // Requests that wait for a new server (user recovery) would hold up the deletion of the
-        // disk: they fail now, and so do later ones (`ublk_force_abort_dev()`). This comes before
-        // the partition scan is cancelled, whose read may be one of them.
-        let shelved = match &old_life {
-            Lifecycle::Live(disk) | Lifecycle::Quiesced(disk) | Lifecycle::FailIo(disk)
-                if this.queues.iter().any(|q| q.requeue_io) =>
-            {
-                for queue in this.queues.iter() {
-                    queue.set_state(QueueState::Stopping);
-                    queue.sync();
-                }
-                disk.kick_requeue_list();
-                true
+            let old_life = core::mem::replace(&mut state.life, life);
+            if matches!(
+                old_life,
+                Lifecycle::Live(_) | Lifecycle::Quiesced(_) | Lifecycle::FailIo(_)
+            ) {
+                state.deleting = true;
             }
-            _ => false,
+            old_life
         };
+        // A `UBLK_U_CMD_START_DEV` or `UBLK_U_CMD_END_USER_RECOVERY` that waits for the server's
+        // fetch commands gives up.
+        this.ready.notify_all();
+        let had_disk = !matches!(old_life, Lifecycle::Added | Lifecycle::Stopped);
         // Not under the device lock, which the scan takes. The scan's I/O is served by the server,
         // or fails if it is gone. Once it is cancelled or done, no one else holds the disk.
         Self::cancel_scan(this);
         // Dropping the disk deletes it, which waits for the requests in flight.
         drop(old_life);
         drop(shmem);
+        if had_disk {
+            this.state.lock().deleting = false;
+            this.ready.notify_all();
+        }
         // Only then, as the C driver does, a server that has `/dev/ublkcN` open is told to exit:
         // `UBLK_U_CMD_STOP_DEV` returns right after, before the server can delete the device
         // itself (libublk servers do on exit), so the tool that stopped it deletes it first.
@@ -368,43 +393,44 @@ impl UblkDevice {
     /// requests, as if it had been killed, so that a new one can take over
     /// (`ublk_ctrl_quiesce_dev()`).
     ///
-    /// New requests wait from now on. Once every queue has an io slot whose fetch command waits
-    /// for a request (at most `timeout_ms` milliseconds, 0 for no limit), the server's waiting
-    /// commands complete with `UBLK_IO_RES_ABORT`, and so do those it sends from then on; once it
-    /// closed `/dev/ublkcN`, the device is quiesced (`UBLK_S_DEV_QUIESCED`). `EBUSY` if the time
-    /// ran out, `EINTR` on a signal: requests keep waiting until the server goes away.
+    /// New requests wait from now on; the server's waiting commands complete with
+    /// `UBLK_IO_RES_ABORT`, and so do those it sends from then on; once it closed `/dev/ublkcN`,
+    /// the device is quiesced (`UBLK_S_DEV_QUIESCED`). As in the C driver, `EINTR` on a pending
+    /// signal and `EBUSY` for a timeout of no time (without batch io): requests then wait until
+    /// the server goes away.
     pub(crate) fn quiesce(this: &Arc<Self>, timeout_ms: u64) -> Result {
         if this.flags & F_QUIESCE == 0 {
             return Err(EOPNOTSUPP);
         }
+        // As the C driver: 0 means no limit, and the value is truncated to an `unsigned int`, so
+        // that a multiple of 2^32 is no time at all.
+        // CAST: The truncation.
         let timeout_ms = if timeout_ms == 0 {
             u32::MAX
         } else {
-            // CAST: As the C driver, which passes the value to an `unsigned int`.
             timeout_ms as u32
         };
-        let state = this.state.lock();
-        match state.life {
-            Lifecycle::Added | Lifecycle::Stopped => return Err(ENODEV),
-            Lifecycle::Quiesced(_) | Lifecycle::FailIo(_) => return Ok(()),
-            Lifecycle::Live(_) => {}
-        }
-        io::start_cancel(this);
-        // As the C driver, under the device lock, counting the time slept.
-        let mut elapsed = 0;
-        while elapsed < timeout_ms && !current!().signal_pending() {
-            if io::each_queue_has_idle_slot(this) {
-                break;
+        {
+            let mut state = this.state.lock();
+            match state.life {
+                Lifecycle::Added | Lifecycle::Stopped => return Err(ENODEV),
+                Lifecycle::Quiesced(_) | Lifecycle::FailIo(_) => return Ok(()),
+                Lifecycle::Live(_) => {}
             }
-            fsleep(Delta::from_millis(QUIESCE_POLL_MS.into()));
-            elapsed += QUIESCE_POLL_MS;
+            state.canceled = true;
+            io::start_cancel(this);
         }
-        drop(state);
-        if current!().signal_pending() {
-            return Err(EINTR);
-        }
-        if elapsed >= timeout_ms {
-            return Err(EBUSY);
+        // The C driver waits here until each queue has a fetch command that waits for a request,
+        // to tell the server through it. Here every command of the server gets
+        // `UBLK_IO_RES_ABORT`: those that wait now below, the others at their next commit, since
+        // the queues are no longer served. What is left of the wait is its errnos.
+        if this.queues.iter().all(|q| q.events.is_none()) {
+            if current!().signal_pending() {
+                return Err(EINTR);
+            }
+            if timeout_ms == 0 {
+                return Err(EBUSY);
+            }
         }
         io::abort_commands(this);
         Ok(())
@@ -471,15 +497,16 @@ impl UblkDevice {
     /// `UBLK_U_CMD_TRY_STOP_DEV`: stops the device as `UBLK_U_CMD_STOP_DEV` does, unless its disk
     /// is open (`EBUSY`) (`UBLK_F_SAFE_STOP_DEV`, `ublk_ctrl_try_stop_dev()`).
     ///
-    /// Unlike the C driver, the disk may be opened again between the check and the stop (the C
-    /// driver then refuses opens by tasks without `CAP_SYS_ADMIN`); the stop then waits for the
-    /// I/O of that opener, as `UBLK_U_CMD_STOP_DEV` would.
+    /// Unlike the C driver, the disk may be opened between the check and the stop (the C driver
+    /// refuses opens by tasks without `CAP_SYS_ADMIN` from the check on, and reads the count under
+    /// the disk's mutex); the stop then waits for the I/O of that opener, as
+    /// `UBLK_U_CMD_STOP_DEV` would.
     pub(crate) fn try_stop(this: &Arc<Self>) -> Result {
-        let disk = this.state.lock().disk().cloned().ok_or(ENODEV)?;
-        let busy = disk.with_openers(|openers| openers > 0);
-        // The stop deletes the disk when it drops the device's reference, which must be the last.
-        drop(disk);
-        if busy {
+        // Not the disk's mutex, which a partition scan holds across its reads, that may wait for
+        // a new server: a snapshot is enough, as an open may follow the check anyway. And no
+        // reference to the disk: the stop deletes it by dropping the last one.
+        let openers = this.state.lock().disk().ok_or(ENODEV)?.openers();
+        if openers > 0 {
             return Err(EBUSY);
         }
         Self::stop(this);
@@ -546,6 +573,7 @@ impl UblkDevice {
         {
             let mut state = this.state.lock();
             state.server = Server::Detached;
+            state.canceled = false;
             for fetched in state.queue_fetched.iter_mut() {
                 *fetched = 0;
             }
@@ -557,17 +585,23 @@ impl UblkDevice {
     /// waits for a new server, its requests put aside or failing meanwhile. Returns whether the
     /// queues are served (the device has no disk).
     fn wait_for_server(this: &Arc<Self>) -> bool {
-        // A stop that deletes the disk holds this: the device is then stopped.
-        let _shmem = this.shmem.lock();
         let mut state = this.state.lock();
+        // A stop that deletes the disk: the device is stopped once it is done. The deletion waits
+        // for nothing that this holds: the server's requests failed already.
+        while state.deleting {
+            this.ready.wait(&mut state);
+        }
         let life = core::mem::replace(&mut state.life, Lifecycle::Stopped);
         state.life = match life {
-            Lifecycle::Live(disk) if this.queues.iter().any(|q| q.requeue_io) => {
+            Lifecycle::Live(disk) | Lifecycle::Quiesced(disk)
+                if this.queues.iter().any(|q| q.requeue_io) =>
+            {
                 Lifecycle::Quiesced(disk)
             }
-            Lifecycle::Live(disk) => {
+            Lifecycle::Live(disk) | Lifecycle::FailIo(disk) => {
+                // Also after a new server that served some queues went away.
                 for queue in this.queues.iter() {
-                    queue.set_state(QueueState::FailIo);
+                    queue.fail_io();
                 }
                 Lifecycle::FailIo(disk)
             }
@@ -607,10 +641,6 @@ impl_has_work! {
 impl_has_delayed_work! {
     impl HasDelayedWork<Self, RELEASE_WORK> for UblkDevice { self.release_work }
 }
-
-/// How often `UBLK_U_CMD_QUIESCE_DEV` looks whether the server can learn about the quiesce, in
-/// milliseconds, as the C driver (`UBLK_REQUEUE_DELAY_MS`).
-const QUIESCE_POLL_MS: u32 = 3;
 
 /// The identity of [`UblkDevice::scan_work`] among the work items of a device.
 const SCAN_WORK: u64 = 0;

@@ -64,6 +64,9 @@
 //!   fails, while it is lent is parked in the slot with its result, and the last user to give it
 //!   back ends it ([`give_back`]).
 //!
+//! With user recovery, a request that no server takes may instead wait for the next server on
+//! the requeue list ([`Io::without_server`]).
+//!
 //! Requests end in [`Served::end`] (directly, or through [`Served::finish`]): inline, or, with
 //! `UBLK_F_SUPPORT_RQ_AFFINITY`, through `blk_mq_complete_request_remote()` so that the queue's
 //! `rq_affinity` picks the CPU. Every way a request can end goes through it, errors, aborts, the
@@ -212,6 +215,10 @@ pub(crate) enum IoState {
     /// The server owns the write, and was asked for the buffer of its data, which it names with
     /// `UBLK_U_IO_NEED_GET_DATA` (`UBLK_IO_FLAG_NEED_GET_DATA` in the C driver).
     NeedGetData(Served),
+    /// The server's command for the slot completed with `UBLK_IO_RES_ABORT`: the server, which is
+    /// going away, cannot fetch the slot again (`UBLK_IO_FLAG_CANCELED` in the C driver); the next
+    /// server can.
+    Aborted,
     /// `UBLK_F_BATCH_IO`: the server offered the slot with `UBLK_U_IO_PREP_IO_CMDS` or
     /// `UBLK_U_IO_COMMIT_IO_CMDS`, and it waits for a request (`UBLK_IO_FLAG_ACTIVE` in the C
     /// driver). No command is kept for it: the queue's fetch commands deliver its requests
@@ -317,8 +324,9 @@ impl Io {
     }
 
     /// Keeps `fetch`, a command that the server sent with the buffer `addr`, to wait for the
-    /// slot's next request. If the device is stopped, the slot stays idle and `fetch` is
-    /// returned, for the caller to complete with `UBLK_IO_RES_ABORT` once the lock is dropped.
+    /// slot's next request. If the queue is not served (the device is stopped or quiesced, or the
+    /// server is going away), the slot is [`IoState::Aborted`] and `fetch` is returned, for the
+    /// caller to complete with `UBLK_IO_RES_ABORT` once the lock is dropped.
     fn refetch(
         &mut self,
         queue: &Queue,
@@ -328,12 +336,19 @@ impl Io {
         // Unlike the C driver, which keeps such a command until io_uring cancels it, a server that
         // is going away (the device is stopped or quiesced) gets no more requests.
         if queue.state() != QueueState::Serving {
-            self.state = IoState::Idle;
+            self.state = IoState::Aborted;
             return Some(fetch);
         }
         self.addr = addr;
         self.state = IoState::Fetched(fetch);
         None
+    }
+
+    /// Keeps `fetch`, the slot's fetch command, to wait for the slot's next request, as
+    /// [`Io::refetch`] does with the slot's buffer.
+    fn rearm(&mut self, queue: &Queue, fetch: QueuedIoUringCmd) -> Option<QueuedIoUringCmd> {
+        let addr = self.addr;
+        self.refetch(queue, fetch, addr)
     }
 
     /// Records the result of `served`, and returns it to be ended now, unless user copies still
@@ -646,9 +661,12 @@ fn deliver_one(
         Copy::Nothing if !canceled => {
             // As in the C driver, the write is dispatched again a little later (the server's
             // buffer may be paged in by then), and the command waits for it.
-            io.state = IoState::Fetched(cmd);
+            let aborted = io.rearm(queue, cmd);
             drop(io);
             served.requeue();
+            if let Some(cmd) = aborted {
+                cmd.done(Err(RES_ABORT), issue_flags);
+            }
         }
         _ => {
             // The request fails, or, if the server's task exits, waits for the next server if
@@ -656,11 +674,10 @@ fn deliver_one(
             // task exits: then it completes with `UBLK_IO_RES_ABORT`, and the slot is free for
             // the next server to fetch.
             let (cmd, served) = if canceled {
-                io.state = IoState::Idle;
+                io.state = IoState::Aborted;
                 (Some(cmd), io.without_server(queue, served, false))
             } else {
-                io.state = IoState::Fetched(cmd);
-                (None, io.settle(served, EIO.to_errno(), 0))
+                (io.rearm(queue, cmd), io.settle(served, EIO.to_errno(), 0))
             };
             drop(io);
             if let Some(cmd) = cmd {
@@ -701,9 +718,15 @@ fn deliver_registered(
         drop(io);
         cmd.done(Ok(0), issue_flags);
     } else {
-        io.state = IoState::Fetched(cmd);
+        let aborted = io.rearm(queue, cmd);
+        let served = io.settle(served, EIO.to_errno(), 0);
         drop(io);
-        served.finish(queue, EIO.to_errno(), 0);
+        if let Some(served) = served {
+            served.end(queue);
+        }
+        if let Some(cmd) = aborted {
+            cmd.done(Err(RES_ABORT), issue_flags);
+        }
     }
 }
 
@@ -950,7 +973,7 @@ pub(crate) fn fetch<'a>(
         // that opened `/dev/ublkcN`.
         *tgid = current!().tgid_nr_ns(None);
     }
-    state.mark_fetched(queue, io_cmd.q_id, 1);
+    state.mark_fetched(dev.depth, queue, io_cmd.q_id, 1);
     if state.nr_fetched() == dev.nr_ios() {
         dev.ready.notify_all();
     }
@@ -1127,8 +1150,12 @@ pub(crate) fn cancel(dev: &UblkDevice, cmd: IoUringCmdCancel<'_>, issue_flags: I
     let Ok(queue) = dev.queues.get(pdu_queue(pdu)) else {
         return;
     };
-    // As in the C driver, every queue of the device stops taking requests.
-    start_cancel(dev);
+    // As in the C driver, every queue of the device stops taking requests, until the next server.
+    {
+        let mut state = dev.state.lock();
+        state.canceled = true;
+        start_cancel(dev);
+    }
     if pdu_tag(pdu) == batch::FETCH_TAG.into() {
         return batch::cancel(queue, &cmd, issue_flags);
     }
@@ -1138,7 +1165,10 @@ pub(crate) fn cancel(dev: &UblkDevice, cmd: IoUringCmdCancel<'_>, issue_flags: I
     let fetch = {
         let mut io = slot.lock();
         match io.take() {
-            IoState::Fetched(fetch) if cmd.refers_to(&fetch) => fetch,
+            IoState::Fetched(fetch) if cmd.refers_to(&fetch) => {
+                io.state = IoState::Aborted;
+                fetch
+            }
             other => {
                 io.state = other;
                 return;
@@ -1181,18 +1211,6 @@ pub(crate) fn abort_all(dev: &UblkDevice) {
     }
 }
 
-/// Returns whether every queue of the device has an io slot whose fetch command waits for a
-/// request, through which the server can learn that the device is quiesced; always, for batch
-/// io, whose fetch commands belong to the queue (`ublk_wait_for_idle_io()`).
-pub(crate) fn each_queue_has_idle_slot(dev: &UblkDevice) -> bool {
-    dev.queues.iter().all(|queue| {
-        queue.events.is_some()
-            || queue
-                .slots()
-                .any(|slot| matches!(slot.lock().state, IoState::Fetched(_)))
-    })
-}
-
 /// Returns whether a request of the device is lent: a user copy or a registered buffer holds it.
 pub(crate) fn any_lent(dev: &UblkDevice) -> bool {
     dev.queues
@@ -1211,7 +1229,13 @@ pub(crate) fn reset_all(dev: &UblkDevice, serving: bool) {
         }
         for slot in queue.slots() {
             // The task reference is not put under the lock.
-            let task = slot.lock().task.take();
+            let task = {
+                let mut io = slot.lock();
+                if matches!(io.state, IoState::Aborted) {
+                    io.state = IoState::Idle;
+                }
+                io.task.take()
+            };
             drop(task);
             batch::reset(slot);
         }
@@ -1224,6 +1248,8 @@ pub(crate) fn stop_all(dev: &UblkDevice) {
     for queue in dev.queues.iter() {
         queue.set_state(QueueState::Stopping);
     }
+    // A `UBLK_U_CMD_START_DEV` or `UBLK_U_CMD_END_USER_RECOVERY` that waits gives up.
+    dev.ready.notify_all();
     abort_commands(dev);
 }
 
@@ -1235,6 +1261,7 @@ pub(crate) fn abort_commands(dev: &UblkDevice) {
             let mut io = slot.lock();
             match io.take() {
                 IoState::Fetched(cmd) => {
+                    io.state = IoState::Aborted;
                     cmd.complete_in_task(|cmd, issue_flags| cmd.done(Err(RES_ABORT), issue_flags))
                 }
                 other => io.state = other,

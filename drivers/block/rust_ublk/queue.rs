@@ -220,6 +220,21 @@ impl Queue {
             .cmpxchg(QueueState::Serving, QueueState::Dead, Relaxed);
     }
 
+    /// A new server fetched every io slot of the queue: it is served again, unless it is stopped.
+    pub(crate) fn serve_again(&self) {
+        for from in [QueueState::Dead, QueueState::FailIo] {
+            let _ = self.state.cmpxchg(from, QueueState::Serving, Relaxed);
+        }
+    }
+
+    /// The server of a device with `UBLK_F_USER_RECOVERY_FAIL_IO` is gone: requests fail with
+    /// `EREMOTEIO` until a new server serves the queue, unless it is stopped.
+    pub(crate) fn fail_io(&self) {
+        for from in [QueueState::Serving, QueueState::Dead] {
+            let _ = self.state.cmpxchg(from, QueueState::FailIo, Relaxed);
+        }
+    }
+
     /// Returns what happens to a request of the queue that no server takes, read under the lock
     /// of its io slot (`__ublk_abort_rq()`, `__ublk_fail_req()`): `owned` if the server that went
     /// away had it already.

@@ -49,7 +49,8 @@
 //! 3. The misc device lock: held by the misc core around `open` of `/dev/ublkcN`.
 //! 4. `UblkDevice::shmem` (mutex): the shared-memory buffers of the server ([`shmem`]).
 //!    `UBLK_U_CMD_REG_BUF` and `UBLK_U_CMD_UNREG_BUF` freeze the disk's queue under it, which
-//!    waits for the requests in flight (ending them takes none of these locks);
+//!    waits for the requests in flight (ending them takes none of these locks; requests put
+//!    aside for a new server are failed by a stop before it takes this lock);
 //!    `UBLK_U_CMD_STOP_DEV` (and whatever stops the device) deletes the disk under it.
 //! 5. `UblkDevice::state` (mutex): lifecycle, server, parameters. Taken by control commands,
 //!    `open`/`release` of `/dev/ublkcN` and `UBLK_U_IO_FETCH_REQ`. `UBLK_U_CMD_START_DEV` adds the
@@ -64,9 +65,11 @@
 //!    buffer registrations, by io_uring's release of a registered buffer (process context, with
 //!    that ring's lock), and by cancellation and teardown, which visit the slots one at a time.
 //!    Under it, commands are only handed to task work (`io_uring_cmd_complete_in_task()`, which
-//!    takes none of these locks); they are completed, buffers registered or unregistered, user
-//!    memory copied, requests ended and task references put after it is dropped. No two slot
-//!    locks are held at once.
+//!    takes none of these locks), and requests are put aside on the requeue list
+//!    (`blk_mq_requeue_request()`, which takes the queue's requeue lock and the lock of an I/O
+//!    scheduler); they are completed, buffers registered or unregistered, user memory copied,
+//!    requests ended and task references put after it is dropped. No two slot locks are held at
+//!    once.
 //! 8. [`batch::EventQueue`] (spinlock, one per queue of a device with `UBLK_F_BATCH_IO`): the tags
 //!    of the requests that wait for the server's fetch commands, and those commands. Taken under
 //!    a slot lock to queue the tag of its request, or alone; innermost: nothing is completed,
