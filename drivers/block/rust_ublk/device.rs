@@ -19,7 +19,7 @@ use kernel::{
     sync::{
         aref::ARef,
         atomic::{Atomic, Relaxed},
-        Arc, CondVar, Mutex, SpinLock,
+        Arc, CondVar, Mutex, MutexGuard, SpinLock,
     },
     task::Pid,
     workqueue::{
@@ -559,37 +559,41 @@ impl UblkDevice {
     /// its requests fail, or wait for a new server, and a new server may open `/dev/ublkcN`.
     fn finish_release(this: &Arc<Self>) {
         io::abort_all(this);
-        let serving = if this.flags & F_USER_RECOVERY == 0 {
+        if this.flags & F_USER_RECOVERY == 0 {
             // Without user recovery, a started device dies with its server: its disk goes away,
             // and the device can only be deleted.
             Self::stop(this);
-            true
-        } else {
-            Self::wait_for_server(this)
-        };
-        io::reset_all(this, serving);
+        }
+        // The address space is put after the device lock is dropped.
         let mm = this.server_mm.lock().take();
-        drop(mm);
         {
+            // One hold: whoever sees the device quiesced sees the server gone, and may start the
+            // recovery at once.
             let mut state = this.state.lock();
+            let serving = if this.flags & F_USER_RECOVERY == 0 {
+                true
+            } else {
+                Self::wait_for_server(this, &mut state)
+            };
+            io::reset_all(this, serving);
             state.server = Server::Detached;
             state.canceled = false;
             for fetched in state.queue_fetched.iter_mut() {
                 *fetched = 0;
             }
         }
+        drop(mm);
         this.ready.notify_all();
     }
 
     /// The server of a device with user recovery went away: a started device keeps its disk and
     /// waits for a new server, its requests put aside or failing meanwhile. Returns whether the
     /// queues are served (the device has no disk).
-    fn wait_for_server(this: &Arc<Self>) -> bool {
-        let mut state = this.state.lock();
+    fn wait_for_server(this: &Self, state: &mut MutexGuard<'_, DeviceState>) -> bool {
         // A stop that deletes the disk: the device is stopped once it is done. The deletion waits
         // for nothing that this holds: the server's requests failed already.
         while state.deleting {
-            this.ready.wait(&mut state);
+            this.ready.wait(state);
         }
         let life = core::mem::replace(&mut state.life, Lifecycle::Stopped);
         state.life = match life {
