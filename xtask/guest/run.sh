@@ -15,7 +15,7 @@ JOB=$1
 
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 # For the harness tests (xtask/guest/tests/).
-export RUBLK RUBLK_MISSING
+export RUBLK RUBLK_MISSING SELFTESTS
 export HOME=/root TERM=${TERM:-linux} TMPDIR=/tmp
 
 say() { echo "xtask: $*"; }
@@ -244,7 +244,21 @@ run_one() {
 	124 | 137) result="not ok $n $t # TIMEOUT ${TEST_TIMEOUT}s" ;;
 	*) result="not ok $n $t # exit=$rc time=${secs}s" ;;
 	esac
+	case $rc in
+	0 | 4) ;;
+	# What the failure left, for the digest of failures (xtask/src/digest.rs).
+	*) echo "xtask: left after the failure: $(left_behind)" >> "$log" ;;
+	esac
 	echo "$result" > "$log.result"
+}
+
+# left_behind: the ublk devices and the server and fio processes that exist
+# now, on one line.
+left_behind() {
+	local devs procs
+	devs=$(cd /dev && ls -d ublkc* ublkb* 2>/dev/null | tr '\n' ' ')
+	procs=$(pgrep -a -x 'kublk|rublk|fio|ublk_badinput' | cut -c1-60 | tr '\n' ';')
+	echo "devices: ${devs:-none}; processes: ${procs:-none}"
 }
 
 # report <test>: appends the result of a finished test to results.ktap.

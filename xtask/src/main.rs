@@ -10,6 +10,7 @@
 mod apt;
 mod bench;
 mod cli;
+mod digest;
 mod eta;
 mod guest;
 mod kbuild;

@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::digest;
 use crate::eta::Eta;
 use crate::guest::job::{self, Driver, Job, Mode};
 use crate::guest::{self, Accel, Ending, Guest, Limits, Outcome};
@@ -449,6 +450,7 @@ pub fn run(opts: &SelftestOpts) -> Result<bool> {
         .cloned()
         .collect();
     let mut job_dirs = Vec::new();
+    let mut why_failed = Vec::new();
     let prefix_of = |d: &Driver| {
         if drivers.len() > 1 {
             format!("{}/", d.name())
@@ -548,6 +550,15 @@ pub fn run(opts: &SelftestOpts) -> Result<bool> {
                 outcome.last_started.as_deref().unwrap_or("none")
             ));
             let these = suite_results(&job, &outcome, &order, &prefix);
+            let failed: Vec<(String, String)> = these
+                .iter()
+                .filter(|r| matches!(r.status, Status::Fail | Status::Timeout))
+                .filter_map(|r| {
+                    let bare = r.name.strip_prefix(&prefix)?.to_string();
+                    Some((bare, r.name.clone()))
+                })
+                .collect();
+            why_failed.extend(digest::lines(&job.dir, &failed));
             if *d == Driver::Rust {
                 rust_results = these
                     .iter()
@@ -586,6 +597,9 @@ pub fn run(opts: &SelftestOpts) -> Result<bool> {
     }
     for d in &job_dirs {
         println!("# results, logs, console and dmesg: {}", d.display());
+    }
+    for l in &why_failed {
+        println!("{l}");
     }
     let report = ktap::Report {
         plan: Some(results.len()),
