@@ -549,7 +549,7 @@ impl UblkDevice {
             this.state.lock().release_pin =
                 Some(<crate::RustUblk as ModuleMetadata>::THIS_MODULE.get());
             // A device has one opener, so the work item is not queued already.
-            let _ = workqueue::system().enqueue::<Arc<Self>, RELEASE_WORK>(this);
+            let _ = workqueue::system_percpu().enqueue::<Arc<Self>, RELEASE_WORK>(this);
         } else {
             Self::finish_release(&this);
         }
@@ -657,7 +657,7 @@ impl WorkItem<RELEASE_WORK> for UblkDevice {
     fn run(this: Arc<UblkDevice>) {
         if io::any_lent(&this) {
             // io_uring still holds requests of the device: look again in a jiffy.
-            let _ = workqueue::system().enqueue_delayed::<Arc<Self>, RELEASE_WORK>(this, 1);
+            let _ = workqueue::system_percpu().enqueue_delayed::<Arc<Self>, RELEASE_WORK>(this, 1);
             return;
         }
         Self::finish_release(&this);
