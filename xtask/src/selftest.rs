@@ -519,9 +519,10 @@ pub fn run(opts: &SelftestOpts) -> Result<bool> {
                 opts.test_timeout(),
                 fmt_duration(left)
             ));
+            let longest = own_timeout(&layout.harness_tests()).max(opts.test_timeout());
             let limits = Limits {
                 total: left,
-                stall: Some(Duration::from_secs(opts.test_timeout() + 120)),
+                stall: Some(Duration::from_secs(longest + 120)),
             };
             // Tests that share the guest start longest first; one at a
             // time, in name order.
@@ -739,6 +740,23 @@ impl Tiering {
     }
 }
 
+/// The longest timeout that a harness test in `dir` declares for itself
+/// (a `# xtask-timeout: N` line, which the guest's runner honours when it
+/// is longer than the per-test timeout), 0 if none does.
+fn own_timeout(dir: &Path) -> u64 {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    rd.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .flat_map(|text| {
+            text.lines()
+                .filter_map(|l| l.strip_prefix("# xtask-timeout: ")?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// The directories of our tests, by the name [`tier::OURS_FILE`] records.
 fn ours_dirs(layout: &Layout) -> Vec<(&'static str, PathBuf)> {
     vec![
@@ -775,6 +793,21 @@ fn newest_results(layout: &Layout, driver: Driver) -> Vec<TestResult> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn own_timeouts_of_harness_tests() {
+        let dir = std::env::temp_dir().join(format!("xtask-own-timeout-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(own_timeout(&dir), 0);
+        std::fs::write(dir.join("test_a.sh"), "#!/bin/bash\n# xtask-timeout: 600\n").unwrap();
+        std::fs::write(
+            dir.join("test_b.sh"),
+            "# xtask-timeout: 450\n# xtask-timeout: x\n",
+        )
+        .unwrap();
+        assert_eq!(own_timeout(&dir), 600);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn debug_kernel_gets_longer_timeouts() {

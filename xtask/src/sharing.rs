@@ -29,6 +29,10 @@ impl Sharing {
 /// Tests that change state other tests see, and why.
 const ALONE: &[(&str, &str)] = &[
     ("test_part_03.sh", "unloads the ublk module"),
+    (
+        "test_kill_recover.sh",
+        "unloads and reloads the ublk module between rounds",
+    ),
     ("test_batch_04.sh", "kills every fio process"),
     ("test_generic_02.sh", "bpftrace probes every ublk request"),
     ("test_generic_12.sh", "bpftrace probes every ublk request"),
