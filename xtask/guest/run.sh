@@ -49,12 +49,40 @@ setup() {
 		rsync -aK --exclude=.xtask-id "$EXTRAS/" / || say "copying $EXTRAS failed"
 		udevd=$(command -v systemd-udevd || ls /lib/systemd/systemd-udevd /usr/lib/systemd/systemd-udevd 2>/dev/null | head -n1)
 		if [ -x "$udevd" ]; then
-			"$udevd" --daemon >/dev/null 2>&1
+			# In a mount namespace of its own, where /dev stays
+			# writable after dev_readonly: udev sets the nodes'
+			# modes and makes the /dev/disk links.
+			unshare -m --propagation private "$udevd" --daemon >/dev/null 2>&1
 			udevadm trigger --action=add >/dev/null 2>&1
 			udevadm settle --timeout=30 >/dev/null 2>&1
 		else
 			say "no systemd-udevd in $EXTRAS"
 		fi
+	fi
+	dev_readonly
+}
+
+# dev_readonly: no process of the tests can create files in /dev.
+#
+# fio and dd create a regular file when they open /dev/ublkbN after the
+# device went away (the stress and remove tests do that all the time): fio
+# then runs its whole time on a file in memory instead of failing at once,
+# and the file takes the place of the node devtmpfs makes for the next
+# device with that number. Repairing that after the fact raced with
+# devtmpfs: a node that vanished between two checks was made again by hand,
+# and devtmpfs never removes a node it did not make, so every later device
+# with that number left /dev/ublkcN behind. Read-only is a flag of this
+# mount only: devtmpfs makes and removes the nodes through its own mount,
+# and writing to a device node needs no writable mount.
+dev_readonly() {
+	mount -o remount,bind,ro /dev || {
+		say "cannot make /dev read-only"
+		return 1
+	}
+	if : 2>/dev/null >/dev/.xtask-probe; then
+		rm -f /dev/.xtask-probe
+		say "/dev is still writable after remounting it read-only"
+		return 1
 	fi
 }
 
@@ -111,48 +139,10 @@ load_driver() {
 	return 0
 }
 
-# fix_nodes: entries at /dev/ublk[bc]* that are not device nodes were left
-# by fio or dd after a device went away (fio opens the path again and
-# creates a regular file). Such a file takes the place of the node devtmpfs
-# makes for the next device with that number, and a test then writes to the
-# file instead of its disk. Replace each with the node of the device that
-# has the name now, or remove it.
-fix_nodes() {
-	local f name dev type
-	for f in /dev/ublkc* /dev/ublkb*; do
-		[ -e "$f" ] || continue
-		[ -b "$f" ] || [ -c "$f" ] && continue
-		name=${f##*/}
-		rm -rf "$f"
-		if [ -r "/sys/class/block/$name/dev" ]; then
-			dev=$(cat "/sys/class/block/$name/dev") type=b
-		elif [ -r "/sys/class/ublk-char/$name/dev" ]; then
-			dev=$(cat "/sys/class/ublk-char/$name/dev") type=c
-		elif [ -r "/sys/class/misc/$name/dev" ]; then
-			# The Rust driver's /dev/ublkcN is a misc device.
-			dev=$(cat "/sys/class/misc/$name/dev") type=c
-		else
-			say "removed stale file $f"
-			continue
-		fi
-		mknod -m 660 "$f" "$type" "${dev%%:*}" "${dev##*:}" &&
-			say "replaced stale file $f with the node of its device"
-	done
-}
-
-# keep_nodes: fix_nodes every half second while tests share the guest.
-keep_nodes() {
-	while sleep 0.5; do
-		fix_nodes
-	done
-}
-
-# Between tests: kill leftover servers, fix the /dev/ublk* entries and
-# delete leftover devices.
+# Between tests: kill leftover servers and delete leftover devices.
 cleanup_between() {
 	pkill -9 -x kublk 2>/dev/null
 	pkill -9 -x rublk 2>/dev/null
-	fix_nodes
 	"$SELFTESTS/kublk" del -a >/dev/null 2>&1
 	rm -rf /tmp/ublk* /run/ublksrvd 2>/dev/null
 }
@@ -322,11 +312,6 @@ run_selftests() {
 	mkdir -p "$JOB/logs"
 	# shellcheck disable=SC2016 # expanded by the traced shell, per line
 	printf '%s\n' "PS4='+\${EPOCHREALTIME} '" > "$JOB/ps4.sh"
-	local keeper=
-	if [ "$JOBS" -gt 1 ]; then
-		keep_nodes &
-		keeper=$!
-	fi
 	{
 		echo "KTAP version 1"
 		echo "1..$total"
@@ -376,13 +361,14 @@ run_selftests() {
 		RUNNING[$!]=$t
 	done
 	reap_all
-	[ -n "$keeper" ] && kill "$keeper" 2>/dev/null
 	cleanup_between
 }
 
-setup
 status=0
-if ! load_driver "$DRIVER"; then
+if ! setup; then
+	echo "setup-failed" > "$JOB/status"
+	status=1
+elif ! load_driver "$DRIVER"; then
 	echo "driver-load-failed" > "$JOB/status"
 	status=1
 else

@@ -290,6 +290,9 @@ fn suite_results(job: &Job, outcome: &Outcome, tests: &[String], prefix: &str) -
         (Some(s), _) if s == "driver-load-failed" => {
             Some("the ublk driver did not load (see console)".to_string())
         }
+        (Some(s), _) if s == "setup-failed" => {
+            Some("the guest's setup failed (see console)".to_string())
+        }
         (_, Ending::Killed(why)) => Some(format!("guest killed: {why}")),
         (None, Ending::Exited(code)) => Some(format!(
             "guest ended without finishing (qemu exit {code:?}; panic?)"

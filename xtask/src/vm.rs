@@ -90,6 +90,10 @@ pub fn run(opts: &VmOpts) -> Result<i32> {
         Some(s) if s == "driver-load-failed" => {
             bail!("the {} ublk driver did not load", opts.driver.name())
         }
+        Some(s) if s == "setup-failed" => bail!(
+            "the guest's setup failed; console in {}",
+            job.console().display()
+        ),
         Some(s) => Ok(s.parse().unwrap_or(1)),
         None => bail!(
             "the guest ended before the command finished (panic?); console in {}",
