@@ -219,7 +219,17 @@ pub fn boot(
             job.dir.display()
         );
     }
-    Ok(job)
+    match job.status().as_deref() {
+        Some("setup-failed") => bail!(
+            "the guest's setup failed; console in {}",
+            job.console().display()
+        ),
+        Some("driver-load-failed") => bail!(
+            "a ublk driver did not load; console in {}",
+            job.console().display()
+        ),
+        _ => Ok(job),
+    }
 }
 
 /// The samples the guest wrote.

@@ -700,16 +700,9 @@ impl Tiering {
             phase(format!("--ci: whole suite against every driver: {why}"));
             return Ok(none(stamp, Some(why)));
         }
-        // Our tests run against the C driver when their directory changed
-        // since the baseline.
-        let changed = tier::ours_changed(&times, &ours_dirs(layout))?;
-        let mut ours = BTreeSet::new();
-        if changed.contains("selftests") {
-            ours.extend(selftests.iter().cloned());
-        }
-        if changed.contains("harness") {
-            ours.extend(harness_tests(layout));
-        }
+        // Our tests run against the C driver when they, or what the tests of
+        // their directory share, changed since the baseline.
+        let ours = tier::ours_changed(&times, &ours_dirs(layout))?;
         phase(format!(
             "--ci: the C driver's inputs match the recorded stamp {now} ({}): the Rust driver runs every test, then the C driver its share",
             tier::STAMP_COVERS
