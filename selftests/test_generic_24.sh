@@ -3,7 +3,9 @@
 #
 # A completion that the fail_io_timeout fault injection drops fails its
 # request once queue/io_timeout expires, and the device can still be
-# deleted; with and without UBLK_F_SUPPORT_RQ_AFFINITY.
+# deleted; with and without UBLK_F_SUPPORT_RQ_AFFINITY. If the server
+# exits first, the request fails with EIO at once instead, and neither the
+# server's exit nor the deletion waits for its timer.
 #
 # ublk asks blk_should_fake_timeout() whether to drop the completion of a
 # copy-mode READ that the server completed in full. A dropped completion
@@ -122,6 +124,47 @@ for mode in "${modes[@]}"; do
 	fi
 	wait "$del"
 done
+
+# The server exits while a dropped completion waits for its timer, set
+# far beyond what the checks below allow.
+dev_id=$(_add_ublk_dev -t fault_inject -q 1 -d 16 "${noscan[@]}")
+_check_add_dev "$TID" $?
+bdev=/sys/block/ublkb"$dev_id"
+echo 60000 > "$bdev"/queue/io_timeout
+echo 1 > "$FI"/times
+echo 100 > "$FI"/probability
+echo 1 > "$bdev"/io-timeout-fail
+start=$SECONDS
+_read "$dev_id" > "$UBLK_TEST_DIR"/exit_read.out &
+reader=$!
+# the injection is spent when the completion is dropped
+for _ in $(seq 200); do
+	[ "$(cat "$FI"/times)" = 0 ] && break
+	sleep 0.1
+done
+left=$(cat "$FI"/times)
+echo 0 > "$bdev"/io-timeout-fail
+echo 0 > "$FI"/probability
+if [ "$left" != 0 ]; then
+	_fail "server exit: the READ's completion was not dropped"
+else
+	state=$(__ublk_kill_daemon "$dev_id" "DEAD")
+	[ "$state" = "DEAD" ] || _fail "server exit: device is $state, not DEAD"
+fi
+wait "$reader"
+rc=$?
+took=$((SECONDS - start))
+out=$(cat "$UBLK_TEST_DIR"/exit_read.out)
+if [ "$rc" -eq 0 ]; then
+	_fail "server exit: READ with a dropped completion succeeded"
+elif ! grep -q "Input/output error" <<< "$out"; then
+	_fail "server exit: READ with a dropped completion did not fail with EIO: $out"
+elif [ "$took" -ge 30 ]; then
+	_fail "server exit: READ with a dropped completion took ${took}s to fail"
+fi
+if ! timeout 30 "${UBLK_PROG}" del -n "$dev_id" > /dev/null 2>&1; then
+	_fail "server exit: deleting the device failed or took 30 s"
+fi
 
 _cleanup_test
 _show_result "$TID" "$ERR_CODE"

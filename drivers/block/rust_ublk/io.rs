@@ -33,7 +33,8 @@
 //!
 //! # Who owns what
 //!
-//! - An io slot is its own lock ([`Slot`]); there is no lock over a queue. The slot of a tag is
+//! - An io slot is its own lock ([`Slot`]); the only lock over a queue is that of its lost
+//!   requests (below), a leaf lock. The slot of a tag is
 //!   only taken by the request of that tag (in `queue_rq` or `queue_rqs`, at most one at a time,
 //!   since blk-mq hands a tag to one request at a time), by the next request of its batch, which
 //!   links it ([`Batch`]), by the server thread that fetched the slot (its commands and their
@@ -48,6 +49,10 @@
 //!   [`commit_and_fetch`], the registration in [`deliver_registered`]), and it is consumed by
 //!   ending the request. The only other references to the request are those that the slot lent
 //!   and counts, and it is only ended once none is left, so ending it does not fail.
+//! - A read whose completion the `fail_io_timeout` fault injection dropped ([`Served::end`]) is
+//!   owned by its queue from then on (`Queue::keep_lost`), until its timer expires and the
+//!   timeout operation ends it, or the server goes away first and [`abort_all`] does
+//!   ([`end_lost`]); whichever takes it out of the queue's list ends it.
 //! - The io descriptor of a slot has one writer ([`DescWriter`]), kept in the slot, so writes to
 //!   it are serialised by the slot's lock.
 //! - The server's command is owned by the slot while it waits ([`IoState::Fetched`]), by a
@@ -71,7 +76,8 @@
 //! `UBLK_F_SUPPORT_RQ_AFFINITY`, through `blk_mq_complete_request_remote()` so that the queue's
 //! `rq_affinity` picks the CPU. Every way a request can end goes through it, errors, aborts, the
 //! last user copy and the release of the last registered buffer included (but for a request of
-//! a hardware queue that the device does not have, which cannot happen).
+//! a hardware queue that the device does not have, which cannot happen), or through
+//! [`end_lost`], which ends the requests whose completion was dropped the same way.
 
 use crate::{
     batch,
@@ -155,11 +161,30 @@ impl Served {
 
     /// Ends the request with the result recorded, as [`Served::finish`] does.
     pub(crate) fn end(self, queue: &Queue) {
-        if queue.rq_affinity {
-            Request::complete(self.rq);
-        } else {
-            end_request(self.rq);
+        // Asked before the request is handed to another CPU: once it is marked complete, it
+        // cannot time out.
+        if self.loses_completion(queue) {
+            // The timeout operation ends it with `ETIMEDOUT`, or `abort_all` with `EIO`
+            // ([`end_lost`]). `self.rq` is the only reference to the request: in copy mode, which
+            // `loses_completion` requires, the slot never lends it (user copy and buffer
+            // registration are refused, and automatic registration is not copy mode).
+            queue.keep_lost(self.rq);
+            return;
         }
+        route_end(queue, self.rq);
+    }
+
+    /// Whether the `fail_io_timeout` fault injection drops the completion of the request
+    /// (`ublk_fake_timeout()`). As in the C driver, it is asked only for a read whose data the
+    /// driver copied from the server in full, the one completion that ends its request in one go.
+    fn loses_completion(&self, queue: &Queue) -> bool {
+        let result = self.rq.data_ref();
+        queue.copies_data()
+            && self.shmem.is_none()
+            && self.op() == ReqOp::Read
+            && result.error.load(Relaxed) == 0
+            && result.bytes.load(Relaxed) >= self.nr_bytes()
+            && self.rq.should_fake_timeout()
     }
 
     /// Puts the request aside, on the requeue list of its queue, until a new server serves the
@@ -822,6 +847,24 @@ pub(crate) fn copy_write(rq: &Served, addr: u64) -> Copy {
     }
 }
 
+/// Ends `rq`, the only reference to the request, with the result recorded: inline, or through
+/// `blk_mq_complete_request_remote()` if the queue honours `rq_affinity`.
+fn route_end(queue: &Queue, rq: ARef<Rq>) {
+    if queue.rq_affinity {
+        Request::complete(rq);
+    } else {
+        end_request(rq);
+    }
+}
+
+/// Fails `rq` of `queue`, whose completion the fault injection dropped ([`Served::end`]) and
+/// which was just taken out of the queue's list, with `error`: `ETIMEDOUT` (`BLK_STS_TIMEOUT`)
+/// when its timer expired, `EIO` when the server went away first.
+pub(crate) fn end_lost(queue: &Queue, rq: ARef<Rq>, error: Error) {
+    rq.data_ref().set(error.to_errno(), 0);
+    route_end(queue, rq);
+}
+
 /// Ends `rq` with the result that [`Served::finish`] recorded (`ublk_complete_rq()`).
 pub(crate) fn end_request(rq: ARef<Rq>) {
     let (error, bytes) = {
@@ -1188,7 +1231,8 @@ pub(crate) fn start_cancel(dev: &UblkDevice) {
 
 /// The server closed `/dev/ublkcN`, and io_uring released every buffer that held its requests
 /// ([`any_lent`]): the requests it was serving fail, or, with user recovery, wait for the next
-/// server (`ublk_abort_queue()`).
+/// server (`ublk_abort_queue()`). Reads whose completion the fault injection dropped fail with
+/// `EIO` instead of waiting for their timer.
 ///
 /// Every command of the server completed before (a command keeps the file open), so no io slot
 /// is dispatched or delivering any more.
@@ -1208,6 +1252,9 @@ pub(crate) fn abort_all(dev: &UblkDevice) {
             }
         }
         batch::abort(queue);
+        while let Some(rq) = queue.pop_lost() {
+            end_lost(queue, rq, EIO);
+        }
     }
 }
 

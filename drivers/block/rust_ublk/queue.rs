@@ -19,6 +19,7 @@ use crate::{
     shmem,
 };
 use kernel::{
+    alloc::kvec::PushError,
     block::{
         mq::{
             self,
@@ -105,8 +106,9 @@ pub(crate) type Slot = SpinLock<Io>;
 
 /// A ublk queue: a hardware queue of the disk, served by the server's io_uring commands.
 ///
-/// There is no lock over the whole queue: each io slot has its own, which the request of its tag
-/// and the server thread that fetched it take (see [`crate::io`]). The state of the queue is an
+/// There is no lock over the whole queue but that of `lost`, a leaf lock taken in process context
+/// only, with no other lock held: each io slot has its own, which the request of its tag and the
+/// server thread that fetched it take (see [`crate::io`]). The state of the queue is an
 /// atomic that the io paths read under the lock of a slot, and that the paths that change it
 /// (cancellation, `/dev/ublkcN` release, `UBLK_U_CMD_STOP_DEV`) write before they take the slot
 /// locks one after the other: a slot either sees the new state, or is visited after it.
@@ -144,6 +146,16 @@ pub(crate) struct Queue {
     state: Atomic<QueueState>,
     /// The io slots, one per tag.
     slots: KVec<Pin<KBox<Slot>>>,
+    /// The reads whose completion the `fail_io_timeout` fault injection dropped, until they time
+    /// out ([`io::Served::end`], [`DiskOps::timeout`]) or the server goes away
+    /// ([`io::abort_all`]).
+    ///
+    /// # Invariants
+    ///
+    /// Each entry is the only reference to a started request of this queue that is not marked
+    /// complete, so it holds a tag of the queue: there is at most one per tag, and the list has
+    /// room for one per tag.
+    lost: Pin<KBox<SpinLock<KVec<ARef<Rq>>>>>,
 }
 
 impl Queue {
@@ -156,6 +168,10 @@ impl Queue {
                 GFP_KERNEL,
             )?;
         }
+        let lost = KBox::pin_init(
+            new_spinlock!(KVec::with_capacity(depth.into(), GFP_KERNEL)?, "ublk_lost"),
+            GFP_KERNEL,
+        )?;
         let events = if flags & F_BATCH_IO != 0 {
             Some(KBox::pin_init(batch::new_events(depth)?, GFP_KERNEL)?)
         } else {
@@ -175,6 +191,7 @@ impl Queue {
                 events,
                 state: Atomic::new(QueueState::Serving),
                 slots,
+                lost,
             },
             GFP_KERNEL,
         )?)
@@ -185,6 +202,34 @@ impl Queue {
     /// copy or zero copy.
     pub(crate) fn copies_data(&self) -> bool {
         !(self.user_copy || self.zero_copy || self.auto_buf_reg)
+    }
+
+    /// Keeps `rq`, the only reference to a started request of this queue whose completion the
+    /// fault injection dropped (not marked complete), until it times out.
+    pub(crate) fn keep_lost(&self, rq: ARef<Rq>) {
+        let mut lost = self.lost.lock();
+        // INVARIANT: By the requirements of this function, `rq` is the only reference to a
+        // started request of this queue that is not complete; it holds its tag until it ends, so
+        // it is in the list once, and the list has room for one per tag.
+        let full = lost.push_within_capacity(rq).err();
+        // Not under the lock: ending the request may reach the driver again.
+        drop(lost);
+        if let Some(PushError(rq)) = full {
+            warn_on!(true);
+            io::end_lost(self, rq, ETIMEDOUT);
+        }
+    }
+
+    /// Takes back the request whose completion the fault injection dropped, if `rq` is one.
+    pub(crate) fn take_lost(&self, rq: &Rq) -> Option<ARef<Rq>> {
+        let mut lost = self.lost.lock();
+        let i = lost.iter().position(|kept| core::ptr::eq(&**kept, rq))?;
+        lost.remove(i).ok()
+    }
+
+    /// Takes back a request whose completion the fault injection dropped, if there is one.
+    pub(crate) fn pop_lost(&self) -> Option<ARef<Rq>> {
+        self.lost.lock().pop()
     }
 
     /// Returns the io slot `tag`, if the queue has one.
@@ -369,5 +414,25 @@ impl mq::Operations for DiskOps {
 
     fn complete(rq: ARef<Rq>) {
         io::end_request(rq);
+    }
+
+    fn timeout(rq: &Rq) -> mq::TimeoutReturn {
+        // Only a request whose completion the fault injection dropped is ended here, if it is
+        // still in its queue's list (the server's exit may have ended it meanwhile); the requests
+        // that the server has not answered yet wait for it, however long it takes (the C driver
+        // kills the server of an unprivileged device, which this driver does not create).
+        let queues = rq.queue_data();
+        let Ok(queue) = queues.get(rq.queue_index() as usize) else {
+            // There is one hardware queue per ublk queue.
+            warn_on!(true);
+            return mq::TimeoutReturn::ResetTimer;
+        };
+        match queue.take_lost(rq) {
+            Some(lost) => {
+                io::end_lost(queue, lost, ETIMEDOUT);
+                mq::TimeoutReturn::Done
+            }
+            None => mq::TimeoutReturn::ResetTimer,
+        }
     }
 }
