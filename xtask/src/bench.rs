@@ -219,17 +219,10 @@ pub fn boot(
             job.dir.display()
         );
     }
-    match job.status().as_deref() {
-        Some("setup-failed") => bail!(
-            "the guest's setup failed; console in {}",
-            job.console().display()
-        ),
-        Some("driver-load-failed") => bail!(
-            "a ublk driver did not load; console in {}",
-            job.console().display()
-        ),
-        _ => Ok(job),
+    if let Some(why) = job.not_started() {
+        bail!("{why}; console in {}", job.console().display());
     }
+    Ok(job)
 }
 
 /// The samples the guest wrote.

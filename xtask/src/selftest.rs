@@ -287,11 +287,8 @@ fn suite_results(job: &Job, outcome: &Outcome, tests: &[String], prefix: &str) -
     let boot = judge(job, outcome);
     let mut out = Vec::new();
     let died = match (&boot.status, &outcome.ending) {
-        (Some(s), _) if s == "driver-load-failed" => {
-            Some("the ublk driver did not load (see console)".to_string())
-        }
-        (Some(s), _) if s == "setup-failed" => {
-            Some("the guest's setup failed (see console)".to_string())
+        _ if job.not_started().is_some() => {
+            job.not_started().map(|why| format!("{why} (see console)"))
         }
         (_, Ending::Killed(why)) => Some(format!("guest killed: {why}")),
         (None, Ending::Exited(code)) => Some(format!(
@@ -873,6 +870,24 @@ mod tests {
             elapsed: Duration::from_secs(1),
             last_started: None,
         }
+    }
+
+    #[test]
+    fn failed_setup_fails_every_test_and_says_why_once() {
+        let (_d, job) = fake_job("", Some("setup-failed\n"), "");
+        let r = suite_results(
+            &job,
+            &outcome(Ending::Exited(Some(0))),
+            &names(&["a", "b"]),
+            "",
+        );
+        assert!(r[..2].iter().all(|r| r.status == Status::Fail));
+        assert!(
+            r[0].detail.contains("the guest's setup failed"),
+            "{}",
+            r[0].detail
+        );
+        assert!(r[1].detail.contains("not run"), "{}", r[1].detail);
     }
 
     #[test]

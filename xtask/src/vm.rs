@@ -66,6 +66,9 @@ pub fn run(opts: &VmOpts) -> Result<i32> {
     if matches!(mode, Mode::Shell) {
         let st = g.command().status()?;
         phase(format!("guest exited ({st})"));
+        if let Some(why) = job.not_started() {
+            bail!("{why}; console in {}", job.console().display());
+        }
         return Ok(job.status().and_then(|s| s.parse().ok()).unwrap_or(1));
     }
     let limits = Limits {
@@ -86,14 +89,10 @@ pub fn run(opts: &VmOpts) -> Result<i32> {
             job.console().display()
         );
     }
+    if let Some(why) = job.not_started() {
+        bail!("{why}; console in {}", job.console().display());
+    }
     match job.status() {
-        Some(s) if s == "driver-load-failed" => {
-            bail!("the {} ublk driver did not load", opts.driver.name())
-        }
-        Some(s) if s == "setup-failed" => bail!(
-            "the guest's setup failed; console in {}",
-            job.console().display()
-        ),
         Some(s) => Ok(s.parse().unwrap_or(1)),
         None => bail!(
             "the guest ended before the command finished (panic?); console in {}",

@@ -74,6 +74,16 @@ impl Job {
             .ok()
             .map(|s| s.trim().to_string())
     }
+
+    /// Why the guest never ran its job, if its status says so (guest/run.sh
+    /// writes these words instead of an exit status).
+    pub fn not_started(&self) -> Option<&'static str> {
+        match self.status()?.as_str() {
+            "setup-failed" => Some("the guest's setup failed"),
+            "driver-load-failed" => Some("the ublk driver did not load"),
+            _ => None,
+        }
+    }
 }
 
 fn shell_quote(s: &str) -> String {
