@@ -5,8 +5,8 @@
 # returns: wrong lengths and addresses, absent device ids, queue and tag ids
 # out of range, FETCH_REQ twice, COMMIT_AND_FETCH_REQ of a tag the server
 # does not own, parameters that break a limit, commands in the wrong device
-# state, unprivileged callers, a ring without SQE128, a second opener and
-# bad mmaps of /dev/ublkcN.
+# state, unprivileged callers and devices, a ring without SQE128, a second
+# opener and bad mmaps of /dev/ublkcN.
 #
 # The cases are a table in ublk_badinput, a Rust program (the
 # selftests/ublk_badinput crate of the ublk-rs repository) that the test

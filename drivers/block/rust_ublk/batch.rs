@@ -42,7 +42,6 @@ use crate::{
 use kernel::{
     alloc::kvec::InsertError,
     block::{ReqOp, SECTOR_SHIFT},
-    current,
     io_uring::{IoUringCmdCancel, IssueFlags, Issued, MultishotCmd, QueuedIoUringCmd},
     new_spinlock,
     prelude::*,
@@ -312,10 +311,8 @@ fn prep<'a>(dev: &UblkDevice, cmd: &Cmd<'a>, hdr: &BatchIo) -> Result<Issued<'a>
         }
         return Err(e);
     }
-    if let Server::Attached { tgid, .. } = &mut state.server {
-        // As the C driver: the server is the process that offers the io slots.
-        *tgid = current!().tgid_nr_ns(None);
-    }
+    // The server is the process that offers the io slots.
+    UblkDevice::fetched_by_current(&mut state.server);
     // CAST: At most `nr_elem`, a `u16`.
     state.mark_fetched(dev.depth, queue, hdr.q_id, done as u16);
     if state.nr_fetched() == dev.nr_ios() {

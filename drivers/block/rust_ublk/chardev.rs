@@ -61,7 +61,11 @@ impl MiscDevice for CharDev {
         state.server = Server::Attached {
             tgid: current!().tgid_nr_ns(None),
             nr_fetched: 0,
+            trusted: true,
         };
+        if let Some(u) = &dev.queues.unprivileged {
+            u.set_server();
+        }
         drop(state);
         Ok(dev.clone())
     }

@@ -14,12 +14,12 @@ use crate::{
     params::{self, Params},
     shmem,
     uapi::{self, CtrlCmd, DevInfo},
+    unpriv::{self, Owner},
 };
 use kernel::{
     cpu::{nr_cpu_ids, CpuId},
     cred::{capable, Capability},
-    current,
-    fs::{path::Path, File},
+    fs::File,
     io_uring::{IoUringCmd, IssueFlags, Issued},
     miscdevice::{MiscCmdFile, MiscDevice, MiscDeviceRegistration},
     new_mutex,
@@ -67,7 +67,9 @@ pub(crate) struct Control {
 }
 
 impl Control {
+    /// Creates the state of the control device, once the module parameters are found valid.
     pub(crate) fn new() -> Result<Arc<Self>> {
+        check_module_parameters()?;
         Arc::pin_init(
             pin_init!(Self {
                 devices <- new_mutex!(RBTree::new()),
@@ -83,11 +85,13 @@ impl Control {
         devices.get(&id).map(|e| e.dev.clone())
     }
 
-    /// Returns the device number of `/dev/ublkcN` of device `id`, `0:0` if there is none.
-    fn char_devt(&self, id: u32) -> (u32, u32) {
+    /// Returns the device number of `/dev/ublkcN` of `dev`, `0:0` if it has none (it was deleted,
+    /// and its number may belong to another device by now).
+    pub(crate) fn char_devt(&self, dev: &UblkDevice) -> (u32, u32) {
         self.devices
             .lock()
-            .get(&id)
+            .get(&dev.id)
+            .filter(|e| core::ptr::eq(&*e.dev, dev))
             .and_then(|e| e.char_dev.as_ref())
             .map(|c| (c.major(), c.minor()))
             .unwrap_or((0, 0))
@@ -175,22 +179,17 @@ fn handle(
     }
 
     let dev = ctl.device(header.dev_id).ok_or(ENODEV)?;
-    // Unprivileged devices are not supported, so every command needs `CAP_SYS_ADMIN`.
-    if !capable(Capability::SYS_ADMIN) {
-        return Err(EPERM);
-    }
+    let header = unpriv::check_command(ctl, &dev, nr, header)?;
 
     if nr == uapi::CMD_REG_BUF {
         return shmem::reg_buf(&dev, &header);
     }
     match nr {
-        uapi::CMD_GET_DEV_INFO => get_dev_info(&dev, &header),
-        uapi::CMD_GET_DEV_INFO2 => get_dev_info2(ctl, &dev, &header),
+        // The path in front of the buffer of `UBLK_U_CMD_GET_DEV_INFO2` was checked and taken off.
+        uapi::CMD_GET_DEV_INFO | uapi::CMD_GET_DEV_INFO2 => get_dev_info(&dev, &header),
         uapi::CMD_DEL_DEV => del_dev(ctl, &dev, true),
         uapi::CMD_DEL_DEV_ASYNC => del_dev(ctl, &dev, false),
         uapi::CMD_START_DEV => UblkDevice::start(&dev, header.data as i32),
-        // Commands of features that no device of this driver has: what the C driver answers for
-        // a device without the feature.
         uapi::CMD_START_USER_RECOVERY => dev.start_recovery(),
         uapi::CMD_END_USER_RECOVERY => dev.end_recovery(header.data as i32),
         uapi::CMD_QUIESCE_DEV => UblkDevice::quiesce(&dev, header.data),
@@ -234,6 +233,8 @@ fn check_requested_flags(info: &DevInfo) -> Result {
     if flags & F_QUIESCE != 0 && flags & F_USER_RECOVERY == 0 {
         return Err(EINVAL);
     }
+    // An unprivileged device gets no user recovery (cleared by the caller), nor any data path
+    // where the server handles kernel buffers.
     if flags & F_UNPRIVILEGED_DEV != 0
         && flags & (F_USER_COPY | F_SUPPORT_ZERO_COPY | F_AUTO_BUF_REG) != 0
     {
@@ -274,18 +275,18 @@ fn add_dev(ctl: &Control, header: &CtrlCmd) -> Result {
         return Err(EINVAL);
     }
 
-    // As the C driver: only privileged callers, or callers asking for an unprivileged device,
-    // get to the checks of the flags.
-    let privileged = capable(Capability::SYS_ADMIN);
-    if !privileged && info.flags & F_UNPRIVILEGED_DEV == 0 {
+    // As the C driver: a privileged caller gets a privileged device whatever it asks for; others
+    // must ask for an unprivileged one.
+    if capable(Capability::SYS_ADMIN) {
+        info.flags &= !F_UNPRIVILEGED_DEV;
+    } else if info.flags & F_UNPRIVILEGED_DEV == 0 {
         return Err(EPERM);
     }
     check_requested_flags(&info)?;
-    // Unprivileged devices are not supported.
-    if !privileged {
-        return Err(EPERM);
+    if info.flags & F_UNPRIVILEGED_DEV != 0 {
+        // Its requests would wait for a new server, which the owner may never start.
+        info.flags &= !(F_USER_RECOVERY | F_USER_RECOVERY_REISSUE);
     }
-    info.flags &= !F_UNPRIVILEGED_DEV;
 
     if header.dev_id != info.dev_id {
         return Err(EINVAL);
@@ -306,14 +307,17 @@ fn add_dev(ctl: &Control, header: &CtrlCmd) -> Result {
     info.io_desc_size = uapi::IO_DESC_SIZE as u16;
     info.state = uapi::S_DEV_DEAD;
     info.ublksrv_pid = -1;
-    let uid = current!().uid().into_uid_in_current_ns();
-    info.owner_uid = uid;
-    info.owner_gid = 0;
+    let owner = Owner::current();
+    info.owner_uid = owner.uid;
+    info.owner_gid = owner.gid;
     let nr_cpus = u16::try_from(nr_cpu_ids()).unwrap_or(u16::MAX);
     info.nr_hw_queues = info.nr_hw_queues.min(nr_cpus);
     info.max_io_buf_bytes &= !(kernel::page::PAGE_SIZE as u32 - 1);
 
     let mut devices = ctl.devices.lock();
+    if info.flags & F_UNPRIVILEGED_DEV != 0 && unprivileged_devices(&devices) >= ublks_max() {
+        return Err(EACCES);
+    }
     let id = if header.dev_id == u32::MAX {
         // The lowest free number.
         let mut id = 0;
@@ -342,6 +346,31 @@ fn add_dev(ctl: &Control, header: &CtrlCmd) -> Result {
     let char_dev = Some(chardev::register(dev.clone())?);
     devices.try_create_and_insert(id, Entry { dev, char_dev }, GFP_KERNEL)?;
     Ok(())
+}
+
+/// Returns how many unprivileged devices there may be (the module parameter `ublks_max`).
+fn ublks_max() -> u32 {
+    crate::module_parameters::ublks_max.value()
+}
+
+/// Checks the module parameters, which are set at load time only: at most as many unprivileged
+/// devices as there are device numbers, as the C driver's parameter setter checks.
+fn check_module_parameters() -> Result {
+    if ublks_max() > MAX_UBLKS {
+        pr_err!("ublks_max {} is above {}\n", ublks_max(), MAX_UBLKS);
+        return Err(EINVAL);
+    }
+    Ok(())
+}
+
+/// Returns how many unprivileged devices there are, not counting deleted ones whose server did
+/// not close `/dev/ublkcN` yet (as the C driver's `unprivileged_ublks_added`).
+fn unprivileged_devices(devices: &RBTree<u32, Entry>) -> u32 {
+    let n = devices
+        .values()
+        .filter(|e| e.char_dev.is_some() && e.dev.flags & F_UNPRIVILEGED_DEV != 0)
+        .count();
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 /// `UBLK_U_CMD_DEL_DEV` (`wait`) and `UBLK_U_CMD_DEL_DEV_ASYNC`: deletes a device.
@@ -382,38 +411,6 @@ fn copy_dev_info(dev: &UblkDevice, addr: u64, len: u16) -> Result {
 /// `UBLK_U_CMD_GET_DEV_INFO`: reports the device information.
 fn get_dev_info(dev: &UblkDevice, header: &CtrlCmd) -> Result {
     copy_dev_info(dev, header.addr, header.len)
-}
-
-/// Longest path user space may pass to `UBLK_U_CMD_GET_DEV_INFO2` (`PATH_MAX`).
-const PATH_MAX: u16 = 4096;
-
-/// `UBLK_U_CMD_GET_DEV_INFO2`: as `UBLK_U_CMD_GET_DEV_INFO`, with the path of `/dev/ublkcN` in
-/// front of the buffer.
-///
-/// As the C driver, the path is looked up and must name the character device of the device.
-/// (The C driver also checks that an unprivileged caller may read it; callers are privileged
-/// here.)
-fn get_dev_info2(ctl: &Control, dev: &UblkDevice, header: &CtrlCmd) -> Result {
-    let path_len = header.dev_path_len;
-    if path_len == 0 || path_len > PATH_MAX || header.len < path_len {
-        return Err(EINVAL);
-    }
-    // The path, with a NUL after it in any case.
-    let mut path = KVec::from_elem(0u8, usize::from(path_len) + 1, GFP_KERNEL)?;
-    user_buf(header.addr, usize::from(path_len))?
-        .reader()
-        .read_slice(&mut path[..usize::from(path_len)])?;
-    let end = path.iter().position(|&c| c == 0).unwrap_or(path.len() - 1);
-    let name = CStr::from_bytes_with_nul(&path[..=end]).map_err(|_| EINVAL)?;
-    let found = Path::lookup(name)?;
-    if found.char_dev() != Some(ctl.char_devt(dev.id)) {
-        return Err(EPERM);
-    }
-    copy_dev_info(
-        dev,
-        header.addr + u64::from(path_len),
-        header.len - path_len,
-    )
 }
 
 /// `UBLK_U_CMD_GET_QUEUE_AFFINITY`: reports the CPUs that submit I/O to a queue, as a CPU mask
@@ -487,7 +484,7 @@ fn set_params(dev: &UblkDevice, header: &CtrlCmd) -> Result {
 /// `UBLK_U_CMD_GET_PARAMS`: reports the parameters, with the device numbers.
 fn get_params(ctl: &Control, dev: &UblkDevice, header: &CtrlCmd) -> Result {
     let len = params_len(header, false)?;
-    let char_devt = ctl.char_devt(dev.id);
+    let char_devt = ctl.char_devt(dev);
     let disk_devt = dev.disk_devt();
     let params = dev.state.lock().params.with_devt(char_devt, disk_devt);
     user_buf(header.addr, len)?

@@ -9,9 +9,11 @@ use crate::{
     queue::{self, DiskOps, Queue, QueueState, Queues},
     shmem,
     uapi::{self, DevInfo},
+    unpriv::Owner,
 };
 use kernel::{
     block::mq::{gen_disk::GenDisk, TagSet},
+    cred::{capable, Capability},
     current,
     mm::Mm,
     new_condvar, new_mutex, new_spinlock,
@@ -74,6 +76,9 @@ pub(crate) enum Server {
         tgid: Pid,
         /// How many io slots it fetched.
         nr_fetched: u32,
+        /// Whether every process that fetched io slots had `CAP_SYS_ADMIN`; if not, the
+        /// partitions of the disk are not scanned (the C driver's `unprivileged_daemons`).
+        trusted: bool,
     },
 }
 
@@ -201,7 +206,11 @@ impl UblkDevice {
             queue::new_tag_set(info.nr_hw_queues, info.queue_depth),
             GFP_KERNEL,
         )?;
-        let queues = Queues::new(info.nr_hw_queues, info.queue_depth, info.flags)?;
+        let owner = Owner {
+            uid: info.owner_uid,
+            gid: info.owner_gid,
+        };
+        let queues = Queues::new(info.nr_hw_queues, info.queue_depth, info.flags, owner)?;
         let queue_fetched = KVec::from_elem(0, info.nr_hw_queues.into(), GFP_KERNEL)?;
         Arc::pin_init(
             try_pin_init!(Self {
@@ -283,7 +292,10 @@ impl UblkDevice {
             })
             .and_then(|disk| Ok(Arc::new(disk, GFP_KERNEL)?))
             .inspect_err(|_| this.live.store(false, Relaxed))?;
-        if this.flags & F_NO_AUTO_PART_SCAN != 0 {
+        if matches!(state.server, Server::Attached { trusted: false, .. }) {
+            // A server that may not be trusted could make a scan wait for ever holding the
+            // disk's `open_mutex`: partitions are never scanned.
+        } else if this.flags & F_NO_AUTO_PART_SCAN != 0 {
             // User space reads the partition table when it wants to.
             disk.allow_partition_scan();
         } else {
@@ -577,6 +589,9 @@ impl UblkDevice {
             };
             io::reset_all(this, serving);
             state.server = Server::Detached;
+            if let Some(u) = &this.queues.unprivileged {
+                u.clear_server();
+            }
             state.canceled = false;
             for fetched in state.queue_fetched.iter_mut() {
                 *fetched = 0;
@@ -614,6 +629,17 @@ impl UblkDevice {
         // As GET_DEV_INFO of the C driver reports a server that is gone.
         state.info.ublksrv_pid = -1;
         state.disk().is_none()
+    }
+
+    /// The current process fetched io slots of the device. It is the server from now on, which
+    /// `UBLK_U_CMD_START_DEV` must name: unlike the C driver, which keeps the process that opened
+    /// `/dev/ublkcN`, in case another process fetches. As the C driver, the disk's partitions are
+    /// not scanned once a process without `CAP_SYS_ADMIN` fetched (`ublk_mark_io_ready()`).
+    pub(crate) fn fetched_by_current(server: &mut Server) {
+        if let Server::Attached { tgid, trusted, .. } = server {
+            *tgid = current!().tgid_nr_ns(None);
+            *trusted = *trusted && capable(Capability::SYS_ADMIN);
+        }
     }
 
     /// Returns whether a server has `/dev/ublkcN` open.

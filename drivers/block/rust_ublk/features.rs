@@ -59,6 +59,7 @@ pub(crate) const F_ALL: u64 = F_SUPPORT_ZERO_COPY
     | F_USER_RECOVERY_FAIL_IO
     | F_QUIESCE
     | F_SUPPORT_RQ_AFFINITY
+    | F_UNPRIVILEGED_DEV
     | if cfg!(CONFIG_BLK_DEV_INTEGRITY) {
         F_INTEGRITY
     } else {

@@ -1010,12 +1010,10 @@ pub(crate) fn fetch<'a>(
         io.state = IoState::Fetched(cmd);
         io.task.replace(task)
     };
-    if let Server::Attached { nr_fetched, tgid } = &mut state.server {
+    if let Server::Attached { nr_fetched, .. } = &mut state.server {
         *nr_fetched += 1;
-        // As the C driver: the server is the process that fetches, which may not be the one
-        // that opened `/dev/ublkcN`.
-        *tgid = current!().tgid_nr_ns(None);
     }
+    UblkDevice::fetched_by_current(&mut state.server);
     state.mark_fetched(dev.depth, queue, io_cmd.q_id, 1);
     if state.nr_fetched() == dev.nr_ios() {
         dev.ready.notify_all();

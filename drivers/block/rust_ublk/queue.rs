@@ -11,12 +11,13 @@ use crate::{
     batch::{self, EventQueue},
     features::{
         F_AUTO_BUF_REG, F_BATCH_IO, F_NEED_GET_DATA, F_SHMEM_ZC, F_SUPPORT_RQ_AFFINITY,
-        F_SUPPORT_ZERO_COPY, F_USER_COPY, F_USER_RECOVERY, F_USER_RECOVERY_FAIL_IO,
-        F_USER_RECOVERY_REISSUE,
+        F_SUPPORT_ZERO_COPY, F_UNPRIVILEGED_DEV, F_USER_COPY, F_USER_RECOVERY,
+        F_USER_RECOVERY_FAIL_IO, F_USER_RECOVERY_REISSUE,
     },
     io::{self, Io},
     iodesc::{self, DescPages},
     shmem,
+    unpriv::{Owner, Unprivileged},
 };
 use kernel::{
     alloc::kvec::PushError,
@@ -308,12 +309,14 @@ pub(crate) struct Queues {
     queues: KVec<Arc<Queue>>,
     /// The buffers that the server registered, for a device with `UBLK_F_SHMEM_ZC`.
     pub(crate) shmem: Option<Arc<shmem::Table>>,
+    /// The owner and server of a device with `UBLK_F_UNPRIVILEGED_DEV`.
+    pub(crate) unprivileged: Option<Unprivileged>,
 }
 
 impl Queues {
     /// Creates `nr_queues` queues of `depth` io slots, for a device with the feature flags
-    /// `flags`.
-    pub(crate) fn new(nr_queues: u16, depth: u16, flags: u64) -> Result<Arc<Self>> {
+    /// `flags` that `owner` created.
+    pub(crate) fn new(nr_queues: u16, depth: u16, flags: u64, owner: Owner) -> Result<Arc<Self>> {
         let shmem = if flags & F_SHMEM_ZC != 0 {
             Some(shmem::new_table()?)
         } else {
@@ -323,7 +326,19 @@ impl Queues {
         for _ in 0..nr_queues {
             queues.push(Queue::new(depth, flags, shmem.clone())?, GFP_KERNEL)?;
         }
-        Ok(Arc::new(Self { queues, shmem }, GFP_KERNEL)?)
+        let unprivileged = if flags & F_UNPRIVILEGED_DEV != 0 {
+            Some(Unprivileged::new(owner)?)
+        } else {
+            None
+        };
+        Ok(Arc::new(
+            Self {
+                queues,
+                shmem,
+                unprivileged,
+            },
+            GFP_KERNEL,
+        )?)
     }
 
     /// Returns queue `q_id`, or `EINVAL` if there is no such queue.
@@ -416,23 +431,34 @@ impl mq::Operations for DiskOps {
         io::end_request(rq);
     }
 
+    fn open(queues: ArcBorrow<'_, Queues>) -> Result {
+        match &queues.unprivileged {
+            Some(u) => u.may_open(),
+            None => Ok(()),
+        }
+    }
+
     fn timeout(rq: &Rq) -> mq::TimeoutReturn {
-        // Only a request whose completion the fault injection dropped is ended here, if it is
-        // still in its queue's list (the server's exit may have ended it meanwhile); the requests
-        // that the server has not answered yet wait for it, however long it takes (the C driver
-        // kills the server of an unprivileged device, which this driver does not create).
+        // A request whose completion the fault injection dropped is ended here, if it is still
+        // in its queue's list (the server's exit may have ended it meanwhile). The requests that
+        // the server has not answered yet wait for it, however long it takes, unless the device
+        // is unprivileged: then the server is killed, and its exit ends them.
         let queues = rq.queue_data();
         let Ok(queue) = queues.get(rq.queue_index() as usize) else {
             // There is one hardware queue per ublk queue.
             warn_on!(true);
             return mq::TimeoutReturn::ResetTimer;
         };
-        match queue.take_lost(rq) {
-            Some(lost) => {
-                io::end_lost(queue, lost, ETIMEDOUT);
-                mq::TimeoutReturn::Done
-            }
-            None => mq::TimeoutReturn::ResetTimer,
+        if let Some(lost) = queue.take_lost(rq) {
+            io::end_lost(queue, lost, ETIMEDOUT);
+            return mq::TimeoutReturn::Done;
         }
+        if let Some(u) = &queues.unprivileged {
+            u.kill_server();
+        }
+        // The C driver returns `BLK_EH_DONE` after the kill. Rearming the timer instead lets a
+        // request that the process's exit did not end (another process has `/dev/ublkcN` open)
+        // time out again.
+        mq::TimeoutReturn::ResetTimer
     }
 }

@@ -74,6 +74,10 @@
 //!    of the requests that wait for the server's fetch commands, and those commands. Taken under
 //!    a slot lock to queue the tag of its request, or alone; innermost: nothing is completed,
 //!    handed to task work or copied under it.
+//! 9. The server of an unprivileged device ([`unpriv::Unprivileged`], spinlock): the process that
+//!    a request that timed out kills. Taken under the device lock by `open` and `release` of
+//!    `/dev/ublkcN`, or alone by blk-mq's timeout work; innermost: the process is signalled, and
+//!    references to tasks are put, after it is dropped.
 
 use kernel::{
     miscdevice::{
@@ -94,6 +98,7 @@ mod params;
 mod queue;
 mod shmem;
 mod uapi;
+mod unpriv;
 mod usercopy;
 mod zerocopy;
 
@@ -103,6 +108,12 @@ module! {
     authors: ["rust ublk"],
     description: "Userspace block driver (Rust implementation)",
     license: "GPL",
+    params: {
+        ublks_max: u32 {
+            default: 64,
+            description: "max number of unprivileged ublk devices allowed to add(default: 64)",
+        },
+    },
 }
 
 #[pin_data]

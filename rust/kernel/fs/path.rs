@@ -6,7 +6,26 @@
 //! [`include/linux/path.h`](srctree/include/linux/path.h)
 
 use crate::{bindings, error::to_result, prelude::*};
-use core::mem::MaybeUninit;
+use core::{mem::MaybeUninit, ops::BitOr};
+
+/// Ways to access a file, for [`Path::permission`] (the `MAY_*` mask).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Access(u32);
+
+impl Access {
+    /// Reading (`MAY_READ`).
+    pub const READ: Self = Self(bindings::MAY_READ);
+    /// Writing (`MAY_WRITE`).
+    pub const WRITE: Self = Self(bindings::MAY_WRITE);
+}
+
+impl BitOr for Access {
+    type Output = Self;
+
+    fn bitor(self, rhs: Self) -> Self {
+        Self(self.0 | rhs.0)
+    }
+}
 
 /// A path that was looked up: a reference to a mount and to a dentry with an inode.
 ///
@@ -18,13 +37,18 @@ use core::mem::MaybeUninit;
 /// # Examples
 ///
 /// ```
-/// use kernel::fs::path::Path;
+/// use kernel::fs::path::{Access, Path};
 ///
 /// // Where a devtmpfs is mounted, `/dev/null` is the character device 1:3.
 /// if let Ok(path) = Path::lookup(c"/dev/null") {
 ///     assert_eq!(path.char_dev(), Some((1, 3)));
 /// }
 /// assert!(Path::lookup(c"/no/such/file").is_err());
+///
+/// // Everyone may read and write `/dev/null`.
+/// if let Ok(path) = Path::lookup(c"/dev/null") {
+///     assert!(path.permission(Access::READ | Access::WRITE).is_ok());
+/// }
 /// ```
 pub struct Path(bindings::path);
 
@@ -68,6 +92,26 @@ impl Path {
         }
         // `MAJOR()` and `MINOR()` of a `dev_t`.
         Some((rdev >> 20, rdev & ((1 << 20) - 1)))
+    }
+
+    /// Checks that the caller may access the file that the path names in the ways `access`
+    /// says (`inode_permission()`, without the idmapping of the mount): the file's mode and
+    /// ACLs against the caller's credentials, and the security modules.
+    ///
+    /// Fails with [`EACCES`] (or [`EPERM`], or what a security module says) if it may not.
+    ///
+    /// May sleep: the file system and the security modules may read what they need.
+    pub fn permission(&self, access: Access) -> Result {
+        // SAFETY: `nop_mnt_idmap` is a static that lives forever, and `self.inode()` is valid
+        // while `self` exists.
+        to_result(unsafe {
+            bindings::inode_permission(
+                &raw mut bindings::nop_mnt_idmap,
+                self.inode(),
+                // CAST: The `MAY_*` bits fit in an `int`.
+                access.0 as c_int,
+            )
+        })
     }
 }
 

@@ -42,16 +42,18 @@ fn decode(b: &[u8; 12]) -> Result<Report> {
     }
 }
 
-fn drop_privileges() -> Result<()> {
+/// Becomes user and group `id`, without supplementary groups, which drops
+/// every capability.
+pub fn drop_privileges(id: libc::uid_t) -> Result<()> {
     // SAFETY: plain syscalls on this (single-threaded, forked) process.
     unsafe {
         if libc::setgroups(0, std::ptr::null()) != 0
-            || libc::setresgid(NOBODY, NOBODY, NOBODY) != 0
-            || libc::setresuid(NOBODY, NOBODY, NOBODY) != 0
+            || libc::setresgid(id, id, id) != 0
+            || libc::setresuid(id, id, id) != 0
         {
             bail!("dropping privileges: {}", std::io::Error::last_os_error());
         }
-        if libc::geteuid() != NOBODY {
+        if libc::geteuid() != id {
             bail!("still uid {}", libc::geteuid());
         }
     }
@@ -65,6 +67,8 @@ pub enum As {
     Same,
     /// uid/gid 65534, no supplementary groups, no capabilities.
     Nobody,
+    /// uid and gid the given id, no supplementary groups, no capabilities.
+    User(libc::uid_t),
 }
 
 /// Runs `probe` in a child; the process must be single-threaded.
@@ -85,7 +89,8 @@ pub fn run(who: As, probe: impl FnOnce() -> Result<Report>) -> Result<Report> {
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let dropped = match who {
                 As::Same => Ok(()),
-                As::Nobody => drop_privileges(),
+                As::Nobody => drop_privileges(NOBODY),
+                As::User(id) => drop_privileges(id),
             };
             dropped.and_then(|()| probe())
         }))

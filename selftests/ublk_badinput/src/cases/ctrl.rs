@@ -50,6 +50,15 @@ impl PathBuf2 {
         PathBuf2 { buf, path_len }
     }
 
+    /// The device information that GET_DEV_INFO2 wrote after the path.
+    pub fn info(&self) -> UblksrvCtrlDevInfo {
+        let after = &self.buf[usize::from(self.path_len)..];
+        assert!(after.len() >= std::mem::size_of::<UblksrvCtrlDevInfo>());
+        // SAFETY: `after` holds a whole `UblksrvCtrlDevInfo`, plain old
+        // data, read unaligned.
+        unsafe { std::ptr::read_unaligned(after.as_ptr().cast()) }
+    }
+
     pub fn hdr(&mut self, dev_id: u32) -> UblksrvCtrlCmd {
         let mut h = hdr(dev_id);
         h.addr = self.buf.as_mut_ptr() as u64;

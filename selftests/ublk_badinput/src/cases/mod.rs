@@ -25,6 +25,7 @@ mod server;
 mod shmem;
 mod start;
 mod unpriv;
+mod unpriv_dev;
 mod usercopy;
 mod zerocopy;
 
@@ -92,6 +93,10 @@ const FEATURE_NAMES: &[(u64, &str)] = &[
     (ublk_uapi::UBLK_F_BATCH_IO, "UBLK_F_BATCH_IO"),
     (ublk_uapi::UBLK_F_UPDATE_SIZE, "UBLK_F_UPDATE_SIZE"),
     (ublk_uapi::UBLK_F_SAFE_STOP_DEV, "UBLK_F_SAFE_STOP_DEV"),
+    (
+        ublk_uapi::UBLK_F_UNPRIVILEGED_DEV,
+        "UBLK_F_UNPRIVILEGED_DEV",
+    ),
 ];
 
 /// Why `case` is skipped by a driver that reports `features`, if it is.
@@ -118,6 +123,7 @@ pub fn all() -> Vec<&'static Case> {
         ctrl::CASES,
         params::CASES,
         unpriv::CASES,
+        unpriv_dev::CASES,
         chardev::CASES,
         io::CASES,
         usercopy::CASES,

@@ -11,12 +11,13 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use ublk_uapi::{
-    UblksrvIoDesc, UBLK_IO_OP_READ, UBLK_IO_OP_WRITE, UBLK_U_CMD_SET_PARAMS, UBLK_U_CMD_START_DEV,
-    UBLK_U_IO_COMMIT_AND_FETCH_REQ, UBLK_U_IO_FETCH_REQ,
+    UblkParams, UblksrvCtrlCmd, UblksrvIoDesc, UBLK_F_UNPRIVILEGED_DEV, UBLK_IO_OP_READ,
+    UBLK_IO_OP_WRITE, UBLK_U_CMD_SET_PARAMS, UBLK_U_CMD_START_DEV, UBLK_U_IO_COMMIT_AND_FETCH_REQ,
+    UBLK_U_IO_FETCH_REQ,
 };
 
 use crate::chardev::{self, io_sqe, io_sqe_result, map_descs_setup, open_setup, IoBuf, Mapping};
-use crate::ctrl::{hdr, sqe128, with_buf};
+use crate::ctrl::{hdr, sqe128};
 use crate::env::{Dev, Env};
 use crate::errno::show;
 use crate::ring::{Got, Ring, PEEK, WAIT};
@@ -46,6 +47,11 @@ impl Server {
                 flags & !dev.info.flags
             );
         }
+        Self::on(dev)
+    }
+
+    /// A server of `dev`, which exists already: its char device open.
+    pub fn on(dev: Dev) -> Result<Self> {
         let file = open_setup(dev.id)?;
         Ok(Server {
             ring: Ring::new()?,
@@ -69,10 +75,37 @@ impl Server {
         }
     }
 
+    /// The header of a control command of the device whose buffer is
+    /// `payload`, built in `buf`: the commands of a device created with
+    /// `UBLK_F_UNPRIVILEGED_DEV` carry the path of its char device in front
+    /// of it, even from root.
+    pub fn ctrl_hdr(&self, buf: &mut Vec<u8>, payload: &[u8]) -> UblksrvCtrlCmd {
+        let mut h = hdr(self.dev.id);
+        buf.clear();
+        if self.dev.info.flags & UBLK_F_UNPRIVILEGED_DEV != 0 {
+            buf.extend_from_slice(format!("/dev/ublkc{}\0", self.dev.id).as_bytes());
+            h.dev_path_len = buf.len() as u16;
+        }
+        buf.extend_from_slice(payload);
+        if !buf.is_empty() {
+            h.addr = buf.as_mut_ptr() as u64;
+            h.len = buf.len() as u16;
+        }
+        h
+    }
+
     /// SET_PARAMS with valid basic parameters (setup step).
     pub fn set_params(&self, env: &mut Env) -> Result<()> {
-        let mut p = super::ctrl::basic_params();
-        let h = with_buf(hdr(self.dev.id), &mut p);
+        let p = super::ctrl::basic_params();
+        let mut buf = Vec::new();
+        // SAFETY: `UblkParams` is plain old data; its bytes are read only.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (&p as *const UblkParams).cast::<u8>(),
+                std::mem::size_of::<UblkParams>(),
+            )
+        };
+        let h = self.ctrl_hdr(&mut buf, bytes);
         let r = env.ctrl.cmd(UBLK_U_CMD_SET_PARAMS, &h)?;
         if r != 0 {
             bail!("setup: SET_PARAMS failed: {}", show(Got::Res(r)));
@@ -84,7 +117,8 @@ impl Server {
     /// driver may wait in START_DEV for the server, and must not block the
     /// commands of the cases after this one.
     pub fn start(&self, env: &Env, pid: u64) -> Result<Got> {
-        let mut h = hdr(self.dev.id);
+        let mut buf = Vec::new();
+        let mut h = self.ctrl_hdr(&mut buf, &[]);
         h.data[0] = pid;
         let mut ring = Ring::<squeue::Entry128>::new()?;
         ring.run(sqe128(env.ctrl.fd(), UBLK_U_CMD_START_DEV, &h), WAIT)
@@ -126,7 +160,17 @@ impl Answering {
     /// Adds a device that asks for `flags`, answers its I/O and starts it
     /// (setup step).
     pub fn start(env: &mut Env, flags: u64) -> Result<Self> {
-        let mut s = Server::with_flags(env, 1, flags)?;
+        let s = Server::with_flags(env, 1, flags)?;
+        Self::start_server(env, s)
+    }
+
+    /// [`Answering::start`] for `dev`, a one-tag device that exists already.
+    pub fn start_on(env: &mut Env, dev: Dev) -> Result<Self> {
+        let s = Server::on(dev)?;
+        Self::start_server(env, s)
+    }
+
+    fn start_server(env: &mut Env, mut s: Server) -> Result<Self> {
         let fd = s.file.as_raw_fd();
         let descs = map_descs_setup(fd, 1)?;
         let ring = std::mem::replace(&mut s.ring, Ring::new()?);
@@ -195,22 +239,7 @@ fn answer(
 /// `/dev/ublkb<id>` (a file another test left there, a node still on its
 /// way) does not matter. `Err(-errno)` on failure.
 pub fn open_disk(id: u32, options: &std::fs::OpenOptions) -> Result<File, i32> {
-    let sys = format!("/sys/block/ublkb{id}/dev");
-    let start = Instant::now();
-    let devt = loop {
-        match std::fs::read_to_string(&sys) {
-            Ok(s) => break s,
-            Err(_) if start.elapsed() < Duration::from_secs(5) => {
-                std::thread::sleep(Duration::from_millis(10))
-            }
-            Err(e) => return Err(-e.raw_os_error().unwrap_or(libc::ENOENT)),
-        }
-    };
-    let (major, minor) = devt
-        .trim()
-        .split_once(':')
-        .and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)))
-        .ok_or(-libc::EINVAL)?;
+    let (major, minor) = disk_devt(id)?;
     let node = format!("/tmp/ublk_badinput.{}.ublkb{id}", std::process::id());
     let cnode = std::ffi::CString::new(node.clone()).map_err(|_| -libc::EINVAL)?;
     let _ = std::fs::remove_file(&node);
@@ -228,4 +257,24 @@ pub fn open_disk(id: u32, options: &std::fs::OpenOptions) -> Result<File, i32> {
     let file = options.open(&node);
     let _ = std::fs::remove_file(&node);
     file.map_err(|e| -e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+/// The device number of the disk of device `id`, from sysfs, waiting up to
+/// 5 s for it to appear. `Err(-errno)` on failure.
+pub fn disk_devt(id: u32) -> Result<(u32, u32), i32> {
+    let sys = format!("/sys/block/ublkb{id}/dev");
+    let start = Instant::now();
+    let devt = loop {
+        match std::fs::read_to_string(&sys) {
+            Ok(s) => break s,
+            Err(_) if start.elapsed() < Duration::from_secs(5) => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            Err(e) => return Err(-e.raw_os_error().unwrap_or(libc::ENOENT)),
+        }
+    };
+    devt.trim()
+        .split_once(':')
+        .and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)))
+        .ok_or(-libc::EINVAL)
 }

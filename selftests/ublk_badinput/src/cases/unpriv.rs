@@ -11,7 +11,7 @@ use super::ctrl::{basic_params, PathBuf2};
 use super::{case, err, Case, OK};
 use crate::child::{self, As};
 use crate::ctrl::{hdr, sqe128, with_buf};
-use crate::env::{dev_info, Env, ANY_ID};
+use crate::env::{Env, ANY_ID};
 use crate::ring::{Got, Ring, WAIT};
 
 /// Runs one control command as nobody on the inherited control fd.
@@ -26,18 +26,7 @@ fn as_nobody(env: &mut Env, op: u32, h: UblksrvCtrlCmd) -> Result<Got> {
 
 /// ADD_DEV as nobody; a device it creates anyway is deleted by root.
 fn add_as_nobody(env: &mut Env, flags: u64) -> Result<Got> {
-    let fd: RawFd = env.ctrl.fd();
-    let (got, id) = child::run(As::Nobody, move || {
-        let mut ring = Ring::<squeue::Entry128>::new()?;
-        let mut info = dev_info(1, 2, flags);
-        let h = with_buf(hdr(ANY_ID), &mut info);
-        let got = ring.run(sqe128(fd, UBLK_U_CMD_ADD_DEV, &h), WAIT)?;
-        Ok((got, info.dev_id))
-    })?;
-    if matches!(got, Got::Res(r) if r >= 0) {
-        env.created(id);
-    }
-    Ok(got)
+    Ok(super::unpriv_dev::add_as(env, As::Nobody, flags)?.0)
 }
 
 fn unprivileged_add_dev(env: &mut Env) -> Result<Got> {
