@@ -96,6 +96,11 @@ const NEEDS: &[Need] = &[
         probe: "/usr/include/linux/blkzoned.h",
         package: "linux-libc-dev",
     },
+    // test_rublk_zoned.sh: btrfs on a zoned device is what issues zone appends.
+    Need {
+        probe: "mkfs.btrfs",
+        package: "btrfs-progs",
+    },
 ];
 
 pub const LIBCLANG_PATH: &str = "/usr/lib/llvm-19/lib";

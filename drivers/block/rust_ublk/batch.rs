@@ -37,7 +37,7 @@ use crate::{
     io::{self, Copy, IoState, Served},
     queue::{Queue, QueueState, Rq, Slot},
     uapi::{self, AutoBufReg, BatchIo, Elem, IoCmd},
-    zerocopy,
+    zerocopy, zoned,
 };
 use kernel::{
     alloc::kvec::InsertError,
@@ -227,8 +227,8 @@ fn check_header<'a>(dev: &'a UblkDevice, hdr: &BatchIo) -> Result<&'a Arc<Queue>
     if hdr.nr_elem > dev.depth {
         return Err(E2BIG);
     }
-    // No zoned devices: no zone LBA.
-    if hdr.flags & uapi::BATCH_F_HAS_ZONE_LBA != 0 {
+    // Only zoned devices have zone appends, whose commits say where their data landed.
+    if hdr.flags & uapi::BATCH_F_HAS_ZONE_LBA != 0 && !queue.zoned {
         return Err(EINVAL);
     }
     // Only in copy mode do the commands name buffers.
@@ -446,6 +446,7 @@ fn commit_one(
         (served, registered)
     };
     let (error, bytes) = io::commit_result(queue, &served, elem.result, elem.buf_addr);
+    served.set_append_sector(elem.zone_lba);
 
     // The buffer registered automatically goes if the commit comes through the ring it was
     // registered with, as in the C driver.
@@ -770,7 +771,7 @@ fn deliver_tag(
     }
 
     if queue.auto_buf_reg
-        && matches!(served.op(), ReqOp::Read | ReqOp::Write)
+        && zoned::has_data(served.op())
         && !io::register_auto(slot, &served, fcmd, issue_flags)
         && !slot.lock().need_reg_buf(&served)
     {

@@ -240,7 +240,14 @@ fn check_requested_flags(info: &DevInfo) -> Result {
     {
         return Err(EINVAL);
     }
-    if flags & (F_INTEGRITY | F_ZONED) != 0 && flags & F_USER_COPY == 0 {
+    if flags & F_INTEGRITY != 0 && flags & F_USER_COPY == 0 {
+        return Err(EINVAL);
+    }
+    // The commit of a zone append says where its data landed in `addr`, which only user copy
+    // and zero copy leave free.
+    if flags & F_ZONED != 0
+        && (!cfg!(CONFIG_BLK_DEV_ZONED) || flags & (F_USER_COPY | F_SUPPORT_ZERO_COPY) == 0)
+    {
         return Err(EINVAL);
     }
     if flags & F_IO_DESC_SIZE != 0 {
@@ -474,11 +481,7 @@ fn set_params(dev: &UblkDevice, header: &CtrlCmd) -> Result {
         return Err(e);
     }
     let max_io_buf_bytes = state.info.max_io_buf_bytes;
-    state.params.set(
-        &bytes[..len],
-        max_io_buf_bytes,
-        dev.flags & F_INTEGRITY != 0,
-    )
+    state.params.set(&bytes[..len], max_io_buf_bytes, dev.flags)
 }
 
 /// `UBLK_U_CMD_GET_PARAMS`: reports the parameters, with the device numbers.

@@ -64,6 +64,11 @@ pub(crate) const F_ALL: u64 = F_SUPPORT_ZERO_COPY
         F_INTEGRITY
     } else {
         0
+    }
+    | if cfg!(CONFIG_BLK_DEV_ZONED) {
+        F_ZONED
+    } else {
+        0
     };
 
 /// The flags that every device has, whether user space asked for them or not.

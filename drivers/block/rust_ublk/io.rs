@@ -88,6 +88,7 @@ use crate::{
     shmem,
     uapi::{self, AutoBufReg, IoCmd, IoDesc},
     zerocopy::{self, BufRelease},
+    zoned,
 };
 use kernel::{
     block::{mq::Request, BlkStatus, ReqOp, SECTOR_SHIFT},
@@ -122,6 +123,8 @@ pub(crate) struct Served {
     /// Where the data lies in a buffer that the server registered, if it does, as the io
     /// descriptor gives it (`UBLK_IO_F_SHMEM_ZC`): the driver then copies none of it.
     pub(crate) shmem: Option<u64>,
+    /// Whether the request is of a zoned device, whose requests may be zone operations.
+    zoned: bool,
 }
 
 impl Served {
@@ -136,6 +139,7 @@ impl Served {
             rq,
             len,
             shmem: None,
+            zoned: queue.zoned,
         };
         served.shmem = queue
             .shmem
@@ -152,6 +156,14 @@ impl Served {
     pub(crate) fn finish(self, queue: &Queue, error: i32, bytes: u32) {
         self.record(error, bytes);
         self.end(queue);
+    }
+
+    /// Records where the data of the request landed, as the server's commit says, if it is a
+    /// zone append (`zone_append_lba`, in the commit's `addr`).
+    pub(crate) fn set_append_sector(&self, sector: u64) {
+        if self.op() == ReqOp::ZoneAppend {
+            self.rq.data_ref().append_sector.store(sector, Relaxed);
+        }
     }
 
     /// Records the result with which the request ends.
@@ -319,8 +331,8 @@ impl Io {
         let IoState::Serving(served) = &self.state else {
             return Err(EINVAL);
         };
-        // Only reads and writes have data.
-        if !matches!(served.op(), ReqOp::Read | ReqOp::Write) {
+        // Only reads and writes, zone appends and reports have data.
+        if !zoned::has_data(served.op()) {
             return Err(EINVAL);
         }
         // INVARIANT: The slot counts this reference in `lent` until it is given back.
@@ -442,14 +454,15 @@ fn pdu_queue(pdu: u32) -> usize {
 /// Returns the io descriptor of `rq`, whose data goes to or comes from `addr`, unless it lies in
 /// a registered buffer.
 pub(crate) fn describe(rq: &Served, addr: u64) -> Option<IoDesc> {
-    let mut op_flags = match rq.op() {
-        ReqOp::Read => uapi::IO_OP_READ,
-        ReqOp::Write => uapi::IO_OP_WRITE,
-        ReqOp::Flush => uapi::IO_OP_FLUSH,
-        ReqOp::Discard => uapi::IO_OP_DISCARD,
-        ReqOp::WriteZeroes => uapi::IO_OP_WRITE_ZEROES,
-        _ => return None,
+    let (op, nr_sectors, start_sector) = match rq.op() {
+        ReqOp::Read => (uapi::IO_OP_READ, rq.nr_sectors(), rq.sector()),
+        ReqOp::Write => (uapi::IO_OP_WRITE, rq.nr_sectors(), rq.sector()),
+        ReqOp::Flush => (uapi::IO_OP_FLUSH, rq.nr_sectors(), rq.sector()),
+        ReqOp::Discard => (uapi::IO_OP_DISCARD, rq.nr_sectors(), rq.sector()),
+        ReqOp::WriteZeroes => (uapi::IO_OP_WRITE_ZEROES, rq.nr_sectors(), rq.sector()),
+        _ => zoned::describe(rq.zoned, rq)?,
     };
+    let mut op_flags = op;
     if rq.is_fua() {
         op_flags |= uapi::IO_F_FUA;
     }
@@ -464,8 +477,8 @@ pub(crate) fn describe(rq: &Served, addr: u64) -> Option<IoDesc> {
     }
     Some(IoDesc {
         op_flags,
-        nr_sectors: rq.nr_sectors(),
-        start_sector: rq.sector(),
+        nr_sectors,
+        start_sector,
         addr: rq.shmem.unwrap_or(addr),
     })
 }
@@ -641,7 +654,7 @@ fn deliver_one(
                 return None;
             }
         };
-        if !canceled && queue.auto_buf_reg && matches!(served.op(), ReqOp::Read | ReqOp::Write) {
+        if !canceled && queue.auto_buf_reg && zoned::has_data(served.op()) {
             // The buffer is registered with the server's ring before it learns about the request.
             deliver_registered(queue, slot, io, served, cmd, issue_flags);
             return next;
@@ -874,6 +887,9 @@ pub(crate) fn end_request(rq: ARef<Rq>) {
 
     let ret = if error < 0 {
         Request::end(rq, BlkStatus::from(Error::from_errno(error)))
+    } else if rq.op() == ReqOp::ZoneAppend {
+        let sector = rq.data_ref().append_sector.load(Relaxed);
+        Request::end_zone_append(rq, sector)
     } else if matches!(rq.op(), ReqOp::Read | ReqOp::Write) && bytes < rq.nr_bytes() {
         // A short read, or a write that the server got in part: the rest is dispatched again.
         Request::end_partial(rq, bytes)
@@ -950,7 +966,8 @@ fn buf_addr(queue: &Queue, io_cmd: &IoCmd, auto_reg: AutoBufReg) -> u64 {
 /// whose data the commit copies from it).
 fn check_buf(queue: &Queue, addr: u64, op: Option<ReqOp>) -> Result {
     let ok = if !queue.copies_data() {
-        addr == 0
+        // But for a zone append, whose commit says where its data landed.
+        addr == 0 || op == Some(ReqOp::ZoneAppend)
     } else {
         addr != 0 || (queue.need_get_data && op != Some(ReqOp::Read))
     };
@@ -1051,6 +1068,7 @@ pub(crate) fn commit_and_fetch<'a>(
         (served, registered)
     };
     let (error, bytes) = commit_result(queue, &served, io_cmd.result, io_cmd.addr);
+    served.set_append_sector(io_cmd.addr);
 
     // The buffer registered automatically goes, unless the server sent the commit through
     // another ring, as the C driver does: the server must then unregister it itself.

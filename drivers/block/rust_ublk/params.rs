@@ -6,10 +6,13 @@
 //! The parameters are kept as the bytes user space sent, so that reading them back returns what
 //! was set; they are validated as the C driver does.
 
-use crate::uapi::{Field, PARAMS_SIZE};
+use crate::{
+    features::{F_INTEGRITY, F_ZONED},
+    uapi::{Field, PARAMS_SIZE},
+};
 use core::mem::{offset_of, size_of};
 use kernel::{
-    block::mq::gen_disk::{GenDiskBuilder, Integrity, IntegrityChecksum},
+    block::mq::gen_disk::{GenDiskBuilder, Integrity, IntegrityChecksum, Zoned},
     page::{PAGE_SHIFT, PAGE_SIZE},
     prelude::*,
     uapi as u,
@@ -23,8 +26,7 @@ pub(crate) const TYPE_DMA_ALIGN: u32 = u::UBLK_PARAM_TYPE_DMA_ALIGN;
 pub(crate) const TYPE_SEGMENT: u32 = u::UBLK_PARAM_TYPE_SEGMENT;
 pub(crate) const TYPE_INTEGRITY: u32 = u::UBLK_PARAM_TYPE_INTEGRITY;
 
-/// All parameter types of the UAPI (`UBLK_PARAM_TYPE_ALL`). Zoned and integrity parameters are
-/// recognized but rejected, since the driver supports neither zoned nor integrity devices.
+/// All parameter types of the UAPI (`UBLK_PARAM_TYPE_ALL`).
 pub(crate) const TYPE_ALL: u32 = TYPE_BASIC
     | TYPE_DISCARD
     | TYPE_DEVT
@@ -49,6 +51,7 @@ const OFF_DEVT: usize = offset_of!(P, devt);
 const OFF_DMA: usize = offset_of!(P, dma);
 const OFF_SEG: usize = offset_of!(P, seg);
 const OFF_INTEGRITY: usize = offset_of!(P, integrity);
+const OFF_ZONED: usize = offset_of!(P, zoned);
 const D_ALIGNMENT: usize = offset_of!(u::ublk_param_discard, discard_alignment);
 const D_GRANULARITY: usize = offset_of!(u::ublk_param_discard, discard_granularity);
 const D_MAX_SECTORS: usize = offset_of!(u::ublk_param_discard, max_discard_sectors);
@@ -76,7 +79,6 @@ pub(crate) struct Params {
 
 /// The basic parameters (`struct ublk_param_basic`).
 #[derive(Clone, Copy, Debug)]
-#[allow(dead_code)]
 pub(crate) struct Basic {
     pub(crate) attrs: u32,
     pub(crate) logical_bs_shift: u8,
@@ -100,6 +102,13 @@ struct IntegrityParams {
     /// `LBMD_PI_CSUM_*`.
     csum_type: u8,
     tag_size: u8,
+}
+
+/// The zoned parameters (`struct ublk_param_zoned`).
+struct ZonedParams {
+    max_open_zones: u32,
+    max_active_zones: u32,
+    max_zone_append_sectors: u32,
 }
 
 impl IntegrityParams {
@@ -195,20 +204,35 @@ impl Params {
         }
     }
 
+    /// Returns the zoned parameters.
+    fn zoned(&self) -> ZonedParams {
+        type Z = u::ublk_param_zoned;
+        let z = OFF_ZONED;
+        ZonedParams {
+            max_open_zones: self.get(z + offset_of!(Z, max_open_zones)),
+            max_active_zones: self.get(z + offset_of!(Z, max_active_zones)),
+            max_zone_append_sectors: self.get(z + offset_of!(Z, max_zone_append_sectors)),
+        }
+    }
+
     /// Replaces the parameters with the first `len` bytes of `bytes`, which came from user space,
-    /// and validates them for a device whose I/O buffers have `max_io_buf_bytes` bytes.
+    /// and validates them for a device with the flags `flags` whose I/O buffers have
+    /// `max_io_buf_bytes` bytes.
     ///
     /// Unknown parameter types are ignored. On error the parameters are cleared, as the C driver
     /// does, so that no invalid parameters survive.
     ///
-    /// Integrity parameters are valid only for a device with `UBLK_F_INTEGRITY` (`integrity`).
-    pub(crate) fn set(&mut self, bytes: &[u8], max_io_buf_bytes: u32, integrity: bool) -> Result {
+    /// Integrity parameters are valid only for a device with `UBLK_F_INTEGRITY`; a device with
+    /// `UBLK_F_ZONED` must have zoned parameters, any other must not.
+    pub(crate) fn set(&mut self, bytes: &[u8], max_io_buf_bytes: u32, flags: u64) -> Result {
+        let integrity = flags & F_INTEGRITY != 0;
+        let zoned = flags & F_ZONED != 0;
         let mut raw = [0u8; PARAMS_SIZE];
         let len = bytes.len().min(PARAMS_SIZE);
         raw[..len].copy_from_slice(&bytes[..len]);
         self.raw = raw;
         self.set_types(self.types() & TYPE_ALL);
-        let ret = self.validate(max_io_buf_bytes, integrity);
+        let ret = self.validate(max_io_buf_bytes, integrity, zoned);
         if ret.is_err() {
             *self = Self::new();
         }
@@ -216,7 +240,7 @@ impl Params {
     }
 
     /// Validates the parameters as `ublk_validate_params()` does.
-    fn validate(&self, max_io_buf_bytes: u32, integrity: bool) -> Result {
+    fn validate(&self, max_io_buf_bytes: u32, integrity: bool, zoned: bool) -> Result {
         let types = self.types();
 
         // The basic parameters are the only ones that must be set.
@@ -232,6 +256,8 @@ impl Params {
             || p.logical_bs_shift > p.physical_bs_shift
             || p.max_sectors > (max_io_buf_bytes >> SECTOR_SHIFT)
             || p.max_sectors < (1 << (PAGE_SHIFT as u32 - SECTOR_SHIFT))
+            // The zones of a zoned device are its chunks.
+            || (zoned && !p.chunk_sectors.is_power_of_two())
         {
             return Err(EINVAL);
         }
@@ -254,8 +280,20 @@ impl Params {
             return Err(EINVAL);
         }
 
-        // Devices are never zoned, so zoned parameters are invalid.
+        // A zoned device has zoned parameters, and only a zoned device has them
+        // (`ublk_dev_param_zoned_validate()`). Unlike the C driver, which returns here, the
+        // parameters that follow are still checked for a zoned device.
         if types & TYPE_ZONED != 0 {
+            let z = self.zoned();
+            if !zoned || z.max_zone_append_sectors == 0 {
+                return Err(EINVAL);
+            }
+            // The chunk size is a power of 2, checked above.
+            let nr_zones = p.dev_sectors >> p.chunk_sectors.trailing_zeros();
+            if u64::from(z.max_active_zones) > nr_zones || u64::from(z.max_open_zones) > nr_zones {
+                return Err(EINVAL);
+            }
+        } else if zoned {
             return Err(EINVAL);
         }
 
@@ -321,7 +359,18 @@ impl Params {
             .io_sizes(1u32 << p.io_min_shift, 1u32 << p.io_opt_shift)
             .rotational(p.attrs & ATTR_ROTATIONAL != 0)
             .read_only(p.attrs & ATTR_READ_ONLY != 0)
-            .write_cache(p.attrs & ATTR_VOLATILE_CACHE != 0, p.attrs & ATTR_FUA != 0);
+            .write_cache(p.attrs & ATTR_VOLATILE_CACHE != 0, p.attrs & ATTR_FUA != 0)
+            .chunk_sectors(p.chunk_sectors)
+            .virt_boundary_mask(p.virt_boundary_mask);
+        if types & TYPE_ZONED != 0 {
+            let z = self.zoned();
+            b = b.zoned(Zoned {
+                zone_sectors: p.chunk_sectors,
+                max_open_zones: z.max_open_zones,
+                max_active_zones: z.max_active_zones,
+                max_append_sectors: z.max_zone_append_sectors,
+            });
+        }
         if types & TYPE_DISCARD != 0 {
             let alignment: u32 = self.get(OFF_DISCARD + D_ALIGNMENT);
             let granularity: u32 = self.get(OFF_DISCARD + D_GRANULARITY);

@@ -12,12 +12,13 @@ use crate::{
     features::{
         F_AUTO_BUF_REG, F_BATCH_IO, F_NEED_GET_DATA, F_SHMEM_ZC, F_SUPPORT_RQ_AFFINITY,
         F_SUPPORT_ZERO_COPY, F_UNPRIVILEGED_DEV, F_USER_COPY, F_USER_RECOVERY,
-        F_USER_RECOVERY_FAIL_IO, F_USER_RECOVERY_REISSUE,
+        F_USER_RECOVERY_FAIL_IO, F_USER_RECOVERY_REISSUE, F_ZONED,
     },
     io::{self, Io},
     iodesc::{self, DescPages},
     shmem,
     unpriv::{Owner, Unprivileged},
+    zoned,
 };
 use kernel::{
     alloc::kvec::PushError,
@@ -38,6 +39,9 @@ use kernel::{
     },
     warn_on,
 };
+
+#[cfg(CONFIG_BLK_DEV_ZONED)]
+use kernel::block::mq::zoned::ZoneReport;
 
 /// The blk-mq operations of a ublk device.
 pub(crate) struct DiskOps;
@@ -135,6 +139,9 @@ pub(crate) struct Queue {
     /// Whether the driver registers the data of each request with the server's ring before the
     /// server learns about it (`UBLK_F_AUTO_BUF_REG`).
     pub(crate) auto_buf_reg: bool,
+    /// Whether the device is zoned (`UBLK_F_ZONED`): its requests may be zone operations, and
+    /// reports of zones that the driver sends itself ([`zoned::report`]).
+    pub(crate) zoned: bool,
     /// The buffers that the server registered, in which the data of requests may lie
     /// (`UBLK_F_SHMEM_ZC`).
     pub(crate) shmem: Option<Arc<shmem::Table>>,
@@ -182,6 +189,7 @@ impl Queue {
             Self {
                 rq_affinity: flags & F_SUPPORT_RQ_AFFINITY != 0,
                 user_copy: flags & F_USER_COPY != 0,
+                zoned: flags & F_ZONED != 0,
                 need_get_data: flags & F_NEED_GET_DATA != 0,
                 requeue_io: flags & F_USER_RECOVERY != 0 && flags & F_USER_RECOVERY_FAIL_IO == 0,
                 reissue: flags & F_USER_RECOVERY != 0 && flags & F_USER_RECOVERY_REISSUE != 0,
@@ -360,6 +368,12 @@ pub(crate) struct RqResult {
     pub(crate) error: Atomic<i32>,
     /// The bytes that the server transferred.
     pub(crate) bytes: Atomic<u32>,
+    /// Where the data of a zone append landed, as the server's commit says.
+    pub(crate) append_sector: Atomic<u64>,
+    /// For a driver private request that reports zones ([`zoned::report`]): the first sector and
+    /// the number of zones asked for; 0 zones in any other request.
+    pub(crate) report_sector: Atomic<u64>,
+    pub(crate) report_zones: Atomic<u32>,
 }
 
 impl RqResult {
@@ -379,6 +393,9 @@ impl mq::Operations for DiskOps {
         try_pin_init!(RqResult {
             error: Atomic::new(0),
             bytes: Atomic::new(0),
+            append_sector: Atomic::new(0),
+            report_sector: Atomic::new(0),
+            report_zones: Atomic::new(0),
         })
     }
 
@@ -429,6 +446,11 @@ impl mq::Operations for DiskOps {
 
     fn complete(rq: ARef<Rq>) {
         io::end_request(rq);
+    }
+
+    #[cfg(CONFIG_BLK_DEV_ZONED)]
+    fn report_zones(report: &mut ZoneReport<'_, Self>, sector: u64, nr_zones: u32) -> Result<u32> {
+        zoned::report(report, sector, nr_zones)
     }
 
     fn open(queues: ArcBorrow<'_, Queues>) -> Result {

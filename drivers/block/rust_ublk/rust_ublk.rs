@@ -101,6 +101,7 @@ mod uapi;
 mod unpriv;
 mod usercopy;
 mod zerocopy;
+mod zoned;
 
 module! {
     type: RustUblk,

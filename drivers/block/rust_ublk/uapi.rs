@@ -100,6 +100,13 @@ pub(crate) const IO_OP_WRITE: u32 = u::UBLK_IO_OP_WRITE;
 pub(crate) const IO_OP_FLUSH: u32 = u::UBLK_IO_OP_FLUSH;
 pub(crate) const IO_OP_DISCARD: u32 = u::UBLK_IO_OP_DISCARD;
 pub(crate) const IO_OP_WRITE_ZEROES: u32 = u::UBLK_IO_OP_WRITE_ZEROES;
+pub(crate) const IO_OP_ZONE_OPEN: u32 = u::UBLK_IO_OP_ZONE_OPEN;
+pub(crate) const IO_OP_ZONE_CLOSE: u32 = u::UBLK_IO_OP_ZONE_CLOSE;
+pub(crate) const IO_OP_ZONE_FINISH: u32 = u::UBLK_IO_OP_ZONE_FINISH;
+pub(crate) const IO_OP_ZONE_APPEND: u32 = u::UBLK_IO_OP_ZONE_APPEND;
+pub(crate) const IO_OP_ZONE_RESET_ALL: u32 = u::UBLK_IO_OP_ZONE_RESET_ALL;
+pub(crate) const IO_OP_ZONE_RESET: u32 = u::UBLK_IO_OP_ZONE_RESET;
+pub(crate) const IO_OP_REPORT_ZONES: u32 = u::UBLK_IO_OP_REPORT_ZONES;
 pub(crate) const IO_F_FUA: u32 = u::UBLK_IO_F_FUA;
 pub(crate) const IO_F_NOUNMAP: u32 = u::UBLK_IO_F_NOUNMAP;
 pub(crate) const IO_F_NEED_REG_BUF: u32 = u::UBLK_IO_F_NEED_REG_BUF;
@@ -455,7 +462,8 @@ impl BatchIo {
 
 /// An element of `UBLK_U_IO_PREP_IO_CMDS` or `UBLK_U_IO_COMMIT_IO_CMDS`: a
 /// `struct ublk_elem_header`, then the buffer address if the command has
-/// `UBLK_BATCH_F_HAS_BUF_ADDR` (the zone LBA, which may follow, is for zoned devices only).
+/// `UBLK_BATCH_F_HAS_BUF_ADDR`, then the zone LBA if it has `UBLK_BATCH_F_HAS_ZONE_LBA` (zoned
+/// devices only).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Elem {
     pub(crate) tag: u16,
@@ -464,6 +472,9 @@ pub(crate) struct Elem {
     pub(crate) result: i32,
     /// The buffer address, 0 if the command has none.
     pub(crate) buf_addr: u64,
+    /// Where the data of a zone append landed; all ones if the command has no zone LBA, as in
+    /// the C driver.
+    pub(crate) zone_lba: u64,
 }
 
 impl Elem {
@@ -474,11 +485,22 @@ impl Elem {
         } else {
             0
         };
+        let zone_lba = if hdr.flags & BATCH_F_HAS_ZONE_LBA != 0 {
+            let off = if hdr.flags & BATCH_F_HAS_BUF_ADDR != 0 {
+                ELEM_HEADER_SIZE + size_of::<u64>()
+            } else {
+                ELEM_HEADER_SIZE
+            };
+            u64_at(b, off)
+        } else {
+            u64::MAX
+        };
         Self {
             tag: u16_at(b, offset_of!(u::ublk_elem_header, tag)),
             buf_index: u16_at(b, offset_of!(u::ublk_elem_header, buf_index)),
             result: i32_at(b, offset_of!(u::ublk_elem_header, result)),
             buf_addr,
+            zone_lba,
         }
     }
 }

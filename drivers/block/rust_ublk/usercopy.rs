@@ -12,9 +12,8 @@
 //! With `UBLK_F_INTEGRITY`, positions with `UBLKSRV_IO_INTEGRITY_FLAG` name an offset into the
 //! integrity metadata of the request instead of its data.
 
-use crate::{device::UblkDevice, features::F_INTEGRITY, io, uapi::UserCopyPos};
+use crate::{device::UblkDevice, features::F_INTEGRITY, io, uapi::UserCopyPos, zoned};
 use kernel::{
-    block::ReqOp,
     iov::{IovIterDest, IovIterSource},
     prelude::*,
 };
@@ -71,14 +70,14 @@ pub(crate) fn copy(dev: &UblkDevice, pos: i64, iter: UserIter<'_, '_>) -> Result
         // CAST: The offset is at most the size of the request's data or metadata, a `u32`.
         let offset = pos.offset as usize;
         match iter {
-            UserIter::ToServer(dest) if rq.op() == ReqOp::Write => {
+            UserIter::ToServer(dest) if zoned::to_server(rq.op()) => {
                 if pos.integrity {
                     rq.copy_integrity_to_iter(offset, dest)
                 } else {
                     rq.copy_to_iter(offset, dest)
                 }
             }
-            UserIter::FromServer(src) if rq.op() == ReqOp::Read => {
+            UserIter::FromServer(src) if !zoned::to_server(rq.op()) => {
                 if pos.integrity {
                     rq.copy_integrity_from_iter(offset, src)
                 } else {

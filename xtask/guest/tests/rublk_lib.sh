@@ -40,7 +40,11 @@ rublk_add() {
 	rc=$?
 	echo "rublk add $*: exit $rc" >&2
 	echo "$out" >&2
-	[ "$rc" -eq 124 ] && die "rublk add $* did not finish in ${STEP_TIMEOUT}s"
+	if [ "$rc" -eq 124 ]; then
+		# Where the driver waits, for the log: the blocked tasks' stacks.
+		echo w >/proc/sysrq-trigger 2>/dev/null
+		die "rublk add $* did not finish in ${STEP_TIMEOUT}s"
+	fi
 	[ "$rc" -eq 0 ] || die "rublk add $* failed (exit $rc)"
 	id=$(echo "$out" | sed -n 's/^dev id \([0-9]*\):.*/\1/p' | head -n 1)
 	[ -n "$id" ] || die "rublk add $* printed no device id"

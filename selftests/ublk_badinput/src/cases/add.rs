@@ -117,6 +117,32 @@ fn add_dev_zoned_without_user_copy(env: &mut Env) -> Result<Got> {
     add_with(env, |_, i| i.flags = UBLK_F_ZONED)
 }
 
+/// ADD_DEV of a zoned device with `data_path` (user copy or zero copy): the
+/// device must keep UBLK_F_ZONED.
+fn add_zoned(env: &mut Env, data_path: u64) -> Result<Got> {
+    let mut info = dev_info(1, 2, UBLK_F_ZONED | data_path);
+    let h = with_buf(hdr(ANY_ID), &mut info);
+    let got = env.ctrl.run(UBLK_U_CMD_ADD_DEV, &h)?;
+    if matches!(got, Got::Res(r) if r >= 0) {
+        env.created(info.dev_id);
+        if info.flags & UBLK_F_ZONED == 0 {
+            anyhow::bail!(
+                "ADD_DEV returned flags {:#x} without UBLK_F_ZONED",
+                info.flags
+            );
+        }
+    }
+    Ok(got)
+}
+
+fn add_dev_zoned_user_copy(env: &mut Env) -> Result<Got> {
+    add_zoned(env, UBLK_F_USER_COPY)
+}
+
+fn add_dev_zoned_zero_copy(env: &mut Env) -> Result<Got> {
+    add_zoned(env, UBLK_F_SUPPORT_ZERO_COPY)
+}
+
 fn add_dev_io_desc_size_too_small(env: &mut Env) -> Result<Got> {
     add_with(env, |_, i| {
         i.flags = UBLK_F_IO_DESC_SIZE;
@@ -151,6 +177,8 @@ pub const CASES: &[Case] = &[
     case!(add_dev_quiesce_without_recovery, err(EINVAL)),
     case!(add_dev_integrity_without_user_copy, err(EINVAL)),
     case!(add_dev_zoned_without_user_copy, err(EINVAL)),
+    case!(add_dev_zoned_user_copy, OK),
+    case!(add_dev_zoned_zero_copy, OK),
     case!(add_dev_io_desc_size_too_small, err(EINVAL)),
     case!(add_dev_io_desc_size_too_large, err(EINVAL)),
 ];

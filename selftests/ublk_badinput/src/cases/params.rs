@@ -130,6 +130,56 @@ fn set_params_zoned_on_plain_device(env: &mut Env) -> Result<Got> {
     })
 }
 
+/// SET_PARAMS on a fresh zoned device (user copy) of `basic_params()` as
+/// 8 zones of 256 sectors with zoned parameters, changed by `f`.
+fn set_zoned_with(env: &mut Env, f: impl FnOnce(&mut UblkParams)) -> Result<Got> {
+    let dev = env.add(1, 2, UBLK_F_ZONED | UBLK_F_USER_COPY)?;
+    let mut p = basic_params();
+    p.types |= UBLK_PARAM_TYPE_ZONED;
+    p.basic.chunk_sectors = 256;
+    p.zoned.max_open_zones = 4;
+    p.zoned.max_active_zones = 8;
+    p.zoned.max_zone_append_sectors = 64;
+    f(&mut p);
+    let h = with_buf(hdr(dev.id), &mut p);
+    env.ctrl.run(UBLK_U_CMD_SET_PARAMS, &h)
+}
+
+fn set_params_zoned_ok(env: &mut Env) -> Result<Got> {
+    set_zoned_with(env, |_| {})
+}
+
+fn set_params_zoned_without_zoned_params(env: &mut Env) -> Result<Got> {
+    set_zoned_with(env, |p| p.types &= !UBLK_PARAM_TYPE_ZONED)
+}
+
+fn set_params_zoned_chunk_not_power_of_2(env: &mut Env) -> Result<Got> {
+    set_zoned_with(env, |p| p.basic.chunk_sectors = 768)
+}
+
+fn set_params_zoned_chunk_zero(env: &mut Env) -> Result<Got> {
+    set_zoned_with(env, |p| p.basic.chunk_sectors = 0)
+}
+
+fn set_params_zoned_append_zero(env: &mut Env) -> Result<Got> {
+    set_zoned_with(env, |p| p.zoned.max_zone_append_sectors = 0)
+}
+
+fn set_params_zoned_open_above_zones(env: &mut Env) -> Result<Got> {
+    set_zoned_with(env, |p| p.zoned.max_open_zones = 9)
+}
+
+fn set_params_zoned_active_above_zones(env: &mut Env) -> Result<Got> {
+    set_zoned_with(env, |p| p.zoned.max_active_zones = 9)
+}
+
+fn set_params_zoned_limits_all_zones(env: &mut Env) -> Result<Got> {
+    set_zoned_with(env, |p| {
+        p.zoned.max_open_zones = 8;
+        p.zoned.max_active_zones = 8;
+    })
+}
+
 fn set_params_dma_alignment_page(env: &mut Env) -> Result<Got> {
     set_with(env, |_, p| {
         p.types |= UBLK_PARAM_TYPE_DMA_ALIGN;
@@ -240,6 +290,14 @@ pub const CASES: &[Case] = &[
     case!(set_params_discard_granularity_zero, err(EINVAL)),
     case!(set_params_discard_two_segments, err(EINVAL)),
     case!(set_params_zoned_on_plain_device, err(EINVAL)),
+    case!(set_params_zoned_ok, OK),
+    case!(set_params_zoned_without_zoned_params, err(EINVAL)),
+    case!(set_params_zoned_chunk_not_power_of_2, err(EINVAL)),
+    case!(set_params_zoned_chunk_zero, err(EINVAL)),
+    case!(set_params_zoned_append_zero, err(EINVAL)),
+    case!(set_params_zoned_open_above_zones, err(EINVAL)),
+    case!(set_params_zoned_active_above_zones, err(EINVAL)),
+    case!(set_params_zoned_limits_all_zones, OK),
     case!(set_params_dma_alignment_page, err(EINVAL)),
     case!(set_params_dma_alignment_not_mask, err(EINVAL)),
     case!(set_params_segment_boundary_not_mask, err(EINVAL)),
