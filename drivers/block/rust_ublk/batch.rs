@@ -314,7 +314,7 @@ fn prep<'a>(dev: &UblkDevice, cmd: &Cmd<'a>, hdr: &BatchIo) -> Result<Issued<'a>
     // The server is the process that offers the io slots.
     UblkDevice::fetched_by_current(&mut state.server);
     // CAST: At most `nr_elem`, a `u16`.
-    state.mark_fetched(dev.depth, queue, hdr.q_id, done as u16);
+    state.mark_fetched(dev, queue, hdr.q_id, done as u16);
     if state.nr_fetched() == dev.nr_ios() {
         dev.ready.notify_all();
     }

@@ -92,16 +92,9 @@ pub(crate) struct DeviceState {
     pub(crate) life: Lifecycle,
     /// Who serves the device.
     pub(crate) server: Server,
-    /// Keeps the module loaded while the release of `/dev/ublkcN` waits for io_uring to release
-    /// the buffers of the server ([`UblkDevice::release`]).
-    pub(crate) release_pin: Option<ModuleRef>,
     /// How many io slots of each queue the server fetched: a queue whose requests wait for a
     /// new server (user recovery) is served again once it has them all.
     pub(crate) queue_fetched: KVec<u16>,
-    /// Whether io_uring cancelled a command of the server, or `UBLK_U_CMD_QUIESCE_DEV` quiesced
-    /// it: its queues are not served again until the next server (the C driver's
-    /// `ub->canceling`).
-    pub(crate) canceled: bool,
     /// Whether [`UblkDevice::stop`] is deleting the disk, which the release of `/dev/ublkcN`
     /// waits for before it looks at the device's life.
     pub(crate) deleting: bool,
@@ -130,17 +123,22 @@ impl DeviceState {
         info
     }
 
-    /// Counts `n` io slots of `queue`, queue `q_id` of a device of `depth` io slots per queue,
-    /// that the server fetched: once it has them all, the queue is served again if it waited for
-    /// a new server, unless the server is going away already (`ublk_mark_io_ready()`).
-    pub(crate) fn mark_fetched(&mut self, depth: u16, queue: &Queue, q_id: u16, n: u16) {
+    /// Counts `n` io slots of `queue`, queue `q_id` of `dev`, that the server fetched: once it
+    /// has them all, the queue is served again if it waited for a new server, unless the server
+    /// is going away already (`ublk_mark_io_ready()`).
+    pub(crate) fn mark_fetched(&mut self, dev: &UblkDevice, queue: &Queue, q_id: u16, n: u16) {
         let Some(fetched) = self.queue_fetched.get_mut(usize::from(q_id)) else {
             return;
         };
-        // A slot is fetched once per server, so this stays within `depth`.
+        // A slot is fetched once per server, so this stays within the depth.
         *fetched = fetched.saturating_add(n);
-        if *fetched >= depth && !self.canceled {
-            queue.serve_again();
+        if *fetched >= dev.depth {
+            // Under the lock with which a cancellation fails the queues: a queue is not served
+            // again once the server's commands are being cancelled.
+            let canceled = dev.canceled.lock();
+            if !*canceled {
+                queue.serve_again();
+            }
         }
     }
 
@@ -174,6 +172,18 @@ pub(crate) struct UblkDevice {
     /// `state` is deleted, its requests drained, before the buffers' pages are unpinned.
     #[pin]
     pub(crate) shmem: Mutex<shmem::Buffers>,
+    /// Whether io_uring cancelled a command of the server, or `UBLK_U_CMD_QUIESCE_DEV` quiesced
+    /// it: its queues are not served again until the next server (the C driver's
+    /// `ub->canceling`, under its `cancel_mutex`). Not part of `state`: the cancellation of the
+    /// server's commands, which sets it, must not wait for the device lock, which
+    /// `UBLK_U_CMD_START_DEV` holds while a zoned disk reads its zones from the server.
+    #[pin]
+    pub(crate) canceled: Mutex<bool>,
+    /// Keeps the module loaded while the release of `/dev/ublkcN` waits for io_uring to release
+    /// the buffers of the server ([`UblkDevice::release`]). Not part of `state`, for the same
+    /// reason as `canceled`.
+    #[pin]
+    release_pin: Mutex<Option<ModuleRef>>,
     /// The address space that mapped the io descriptors first; the only one that may map them.
     /// Not part of `state`: `mmap` holds the mmap lock, which faults on user memory take, and the
     /// device lock is held across such copies.
@@ -223,12 +233,12 @@ impl UblkDevice {
                     params: Params::new(),
                     life: Lifecycle::Added,
                     server: Server::Detached,
-                    release_pin: None,
                     queue_fetched,
-                    canceled: false,
                     deleting: false,
                 }),
                 shmem <- new_mutex!(shmem::Buffers::new()),
+                canceled <- new_mutex!(false),
+                release_pin <- new_mutex!(None),
                 server_mm <- new_spinlock!(None),
                 live: Atomic::new(false),
                 ready <- new_condvar!(),
@@ -429,7 +439,7 @@ impl UblkDevice {
                 Lifecycle::Quiesced(_) | Lifecycle::FailIo(_) => return Ok(()),
                 Lifecycle::Live(_) => {}
             }
-            state.canceled = true;
+            *this.canceled.lock() = true;
             io::start_cancel(this);
         }
         // The C driver waits here until each queue has a fetch command that waits for a request,
@@ -558,8 +568,7 @@ impl UblkDevice {
         // From now on requests fail, or wait for a new server.
         io::start_cancel(&this);
         if io::any_lent(&this) {
-            this.state.lock().release_pin =
-                Some(<crate::RustUblk as ModuleMetadata>::THIS_MODULE.get());
+            *this.release_pin.lock() = Some(<crate::RustUblk as ModuleMetadata>::THIS_MODULE.get());
             // A device has one opener, so the work item is not queued already.
             let _ = workqueue::system_percpu().enqueue::<Arc<Self>, RELEASE_WORK>(this);
         } else {
@@ -592,7 +601,7 @@ impl UblkDevice {
             if let Some(u) = &this.queues.unprivileged {
                 u.clear_server();
             }
-            state.canceled = false;
+            *this.canceled.lock() = false;
             for fetched in state.queue_fetched.iter_mut() {
                 *fetched = 0;
             }
@@ -687,7 +696,7 @@ impl WorkItem<RELEASE_WORK> for UblkDevice {
             return;
         }
         Self::finish_release(&this);
-        let pin = this.state.lock().release_pin.take();
+        let pin = this.release_pin.lock().take();
         drop(this);
         // Last: the module may go away once this is dropped.
         drop(pin);

@@ -65,11 +65,9 @@ pub(crate) const F_ALL: u64 = F_SUPPORT_ZERO_COPY
     } else {
         0
     }
-    | if cfg!(CONFIG_BLK_DEV_ZONED) {
-        F_ZONED
-    } else {
-        0
-    };
+    // As the C driver, which advertises it without `CONFIG_BLK_DEV_ZONED` too, and then refuses
+    // it at `UBLK_U_CMD_ADD_DEV`.
+    | F_ZONED;
 
 /// The flags that every device has, whether user space asked for them or not.
 ///

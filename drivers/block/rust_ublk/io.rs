@@ -410,6 +410,11 @@ impl Io {
         served: Served,
         owned: bool,
     ) -> Option<Served> {
+        // A zone report that the driver sent itself waits for no server: its sender, possibly
+        // `UBLK_U_CMD_START_DEV` holding the device lock that a new server needs, sees it fail.
+        if served.op() == ReqOp::DrvIn {
+            return self.settle(served, EIO.to_errno(), 0);
+        }
         match queue.no_server(owned) {
             NoServer::Shelve if self.lent == 0 => {
                 served.shelve();
@@ -1031,7 +1036,7 @@ pub(crate) fn fetch<'a>(
         *nr_fetched += 1;
     }
     UblkDevice::fetched_by_current(&mut state.server);
-    state.mark_fetched(dev.depth, queue, io_cmd.q_id, 1);
+    state.mark_fetched(dev, queue, io_cmd.q_id, 1);
     if state.nr_fetched() == dev.nr_ios() {
         dev.ready.notify_all();
     }
@@ -1211,8 +1216,10 @@ pub(crate) fn cancel(dev: &UblkDevice, cmd: IoUringCmdCancel<'_>, issue_flags: I
     };
     // As in the C driver, every queue of the device stops taking requests, until the next server.
     {
-        let mut state = dev.state.lock();
-        state.canceled = true;
+        // Not under the device lock: `UBLK_U_CMD_START_DEV` holds it while a zoned disk reads
+        // its zones from the server, whose exit, which comes through here, fails that read.
+        let mut canceled = dev.canceled.lock();
+        *canceled = true;
         start_cancel(dev);
     }
     if pdu_tag(pdu) == batch::FETCH_TAG.into() {

@@ -284,6 +284,9 @@ impl Params {
         // (`ublk_dev_param_zoned_validate()`). Unlike the C driver, which returns here, the
         // parameters that follow are still checked for a zoned device.
         if types & TYPE_ZONED != 0 {
+            if !cfg!(CONFIG_BLK_DEV_ZONED) {
+                return Err(EOPNOTSUPP);
+            }
             let z = self.zoned();
             if !zoned || z.max_zone_append_sectors == 0 {
                 return Err(EINVAL);

@@ -449,7 +449,7 @@ impl mq::Operations for DiskOps {
     }
 
     #[cfg(CONFIG_BLK_DEV_ZONED)]
-    fn report_zones(report: &mut ZoneReport<'_, Self>, sector: u64, nr_zones: u32) -> Result<u32> {
+    fn report_zones(report: &mut ZoneReport<'_, Self>, sector: u64, nr_zones: u32) -> Result {
         zoned::report(report, sector, nr_zones)
     }
 

@@ -54,8 +54,15 @@
 //!    `UBLK_U_CMD_STOP_DEV` (and whatever stops the device) deletes the disk under it.
 //! 5. `UblkDevice::state` (mutex): lifecycle, server, parameters. Taken by control commands,
 //!    `open`/`release` of `/dev/ublkcN` and `UBLK_U_IO_FETCH_REQ`. `UBLK_U_CMD_START_DEV` adds the
-//!    disk under it. Not held across copies from or to user memory, nor while the disk is deleted
-//!    or frozen, or the partition scan, which takes it, is waited for.
+//!    disk under it, and so waits under it for the server to report the zones of a zoned disk:
+//!    what the server's exit goes through until its requests failed (the cancellation of its
+//!    commands, the release of `/dev/ublkcN` up to [`io::abort_all`]) does not take it. Not held
+//!    across copies from or to user memory, nor while the disk is deleted or frozen, or the
+//!    partition scan, which takes it, is waited for.
+//!    - `UblkDevice::canceled` and `UblkDevice::release_pin` (mutexes): whether the server's
+//!      commands were cancelled, and the module reference of a release that waits for io_uring.
+//!      Taken under the device lock or alone (the cancellation, the release); innermost but for
+//!      the queues' states that a cancellation sets under `canceled`.
 //! 6. `UblkDevice::server_mm` (spinlock): the address space of the server. Taken by `mmap`, under
 //!    the mmap lock.
 //! 7. [`queue::Slot`] (spinlock, one per io slot): the slot's state, its request and the writer

@@ -26,10 +26,10 @@ use crate::{
     features::F_SHMEM_ZC,
     queue::Rq,
     uapi::{self, CtrlCmd},
-    zoned,
 };
 use kernel::{
     alloc::KVVec,
+    block::ReqOp,
     maple_tree::MapleTree,
     mm::pinned::PinnedPages,
     page::PAGE_SIZE,
@@ -235,7 +235,8 @@ pub(crate) fn find(table: &Table, rq: &Rq) -> Option<u64> {
     if table.nr_bufs.load(Relaxed) == 0 {
         return None;
     }
-    let is_write = zoned::to_server(rq.op());
+    // As the C driver: only a write's data may lie in a read-only buffer, not a zone append's.
+    let is_write = rq.op() == ReqOp::Write;
     let mut tree = table.tree.lock();
     // The range of the last page, which the next is likely in too.
     let mut cached: Option<Range> = None;

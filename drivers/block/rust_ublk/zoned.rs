@@ -14,6 +14,7 @@ use kernel::{block::ReqOp, prelude::*, sync::atomic::Relaxed};
 impl RqResult {
     /// Marks the request that carries this data as a report of `nr_zones` zones from `sector`
     /// on, or, with 0 zones, as not a report any more.
+    #[cfg(CONFIG_BLK_DEV_ZONED)]
     fn mark_report(&self, sector: u64, nr_zones: u32) {
         self.report_sector.store(sector, Relaxed);
         self.report_zones.store(nr_zones, Relaxed);
@@ -70,18 +71,21 @@ pub(crate) fn to_server(op: ReqOp) -> bool {
 
 /// The `report_zones` operation (`ublk_report_zones()`): asks the server for at most `nr_zones`
 /// zones from `sector` on, in as many requests as the queue's largest request needs, and passes
-/// them on; returns how many zones were reported.
+/// them on.
 ///
 /// Unlike the C driver, which gives each zone its index in the request that carried it, each
-/// zone gets its index in the whole report, as the callers of the block layer expect; and a
-/// server that ends a request's zones early (a zone of length 0) ends the report there, where
-/// the C driver asks again from the same sector for ever.
+/// zone gets its index in the whole report ([`ZoneReport::report`]), as the callers of the block
+/// layer expect; and a server that ends a request's zones early (a zone of length 0) ends the
+/// report there, where the C driver asks again from the sector after the last zone it got (for
+/// ever, if that was none).
+///
+/// [`ZoneReport::report`]: kernel::block::mq::zoned::ZoneReport::report
 #[cfg(CONFIG_BLK_DEV_ZONED)]
 pub(crate) fn report(
     report: &mut kernel::block::mq::zoned::ZoneReport<'_, crate::queue::DiskOps>,
     mut sector: u64,
     nr_zones: u32,
-) -> Result<u32> {
+) -> Result {
     use kernel::{
         alloc::flags::__GFP_NOWARN,
         block::{mq::zoned::Zone, SECTOR_SHIFT},
@@ -92,11 +96,11 @@ pub(crate) fn report(
         return Err(EINVAL);
     }
     let first_zone = sector >> zone_sectors.trailing_zeros();
-    let left = u64::from(report.nr_zones()).saturating_sub(first_zone);
+    let left = u64::from(report.disk_nr_zones()).saturating_sub(first_zone);
     // CAST: At most `nr_zones`, a `u32`.
     let nr_zones = left.min(u64::from(nr_zones)) as u32;
     if nr_zones == 0 {
-        return Ok(0);
+        return Ok(());
     }
 
     // As large as the zones asked for, but no larger than a request; smaller if memory is short.
@@ -134,7 +138,7 @@ pub(crate) fn report(
             if zone.is_empty() {
                 break;
             }
-            report.report(&mut zone, done)?;
+            report.report(&mut zone)?;
             done += 1;
             got += 1;
             sector += u64::from(zone_sectors);
@@ -143,5 +147,5 @@ pub(crate) fn report(
             break;
         }
     }
-    Ok(done)
+    Ok(())
 }

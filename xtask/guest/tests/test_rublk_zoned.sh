@@ -15,7 +15,11 @@
 #   file data with zone appends, each ending at the sector the server
 #   returned in the commit's addr. The block layer's trace of the completed
 #   appends must show each in a sequential zone, inside it, and none
-#   overlapping another; the file is read back after a remount.
+#   overlapping another; the file is read back after a remount (its content
+#   is not compared: against both drivers, btrfs maps some blocks appended
+#   out of the file's order to their neighbour's place; not understood yet).
+# - A report that takes several requests (a 4 KiB largest request): every
+#   zone at its index (the C driver gets this wrong: reported as its bug).
 
 # shellcheck source-path=SCRIPTDIR source=rublk_lib.sh
 . "$(dirname "$0")/rublk_lib.sh"
@@ -162,17 +166,20 @@ sync || die "sync failed"
 umount "$mnt" || die "umount failed"
 echo 0 >"$ev/enable"
 grep -q 'LOST.*EVENTS' "$tracing/trace" && die "the trace lost events"
-# "... block_rq_complete: 259,0 ZA () 123456 + 8 ..." -> "123456 8"
-grep ' ZA ' "$tracing/trace" | awk '{ for (i = 1; i < NF; i++) if ($i == "+") { print $(i - 1), $(i + 1); break } }' |
-	sort -n >"$mnt.za"
+# "... block_rq_complete: 259,0 ZAS () 123456 + 8 ..." -> "123456 8": the
+# operation (ZA, with flags such as S or F around it), then the sector and
+# the length once the request ended.
+awk '{ for (i = 1; i + 6 <= NF; i++) if ($i == "block_rq_complete:") {
+		if ($(i + 2) ~ /ZA/ && $(i + 5) == "+") print $(i + 4), $(i + 6)
+		break } }' "$tracing/trace" | sort -n >"$mnt.za"
 appends=$(wc -l <"$mnt.za")
 [ "$appends" -gt 0 ] || die "btrfs completed no zone append on $dev"
 bad=$(awk -v zs="$ZONE_SECTORS" '
 	{ s = $1; e = $1 + $2; z = int(s / zs) }
 	z < 2 { print "append at " s " in conventional zone " z; exit }
 	int((e - 1) / zs) != z { print "append " s "+" $2 " crosses the end of zone " z; exit }
-	NR > 1 && s < last { print "append " s "+" $2 " overlaps the one ending at " last; exit }
-	{ last = e }' "$mnt.za")
+	NR > 1 && s < last { print "append " s "+" $2 " overlaps one that ends at " last; exit }
+	e > last { last = e }' "$mnt.za")
 rm -f "$mnt.za"
 [ -z "$bad" ] || die "zone append results: $bad"
 echo "ok: $appends zone appends completed, each in its own place in a sequential zone"
@@ -183,7 +190,41 @@ timeout -k 5 120 mount -t btrfs "$dev" "$mnt" || die "second mount failed"
 # neighbour's place, without a checksum error.
 cat "$mnt/data" >/dev/null || die "read of $mnt/data after a remount failed"
 umount "$mnt" || die "umount failed"
-echo "ok: btrfs on the zoned device: written with zone appends, read back"
+echo "ok: btrfs on the zoned device: written with zone appends, read without error"
+rublk_del "$id"
+
+# A report that takes several requests: 256 zones of 1 MiB on a device whose
+# largest request is 4 KiB, 64 zones. Each zone must be at its place in the
+# report: the C driver (7.3.4) passes each zone on with its index in the
+# request that carried it, so that the ioctl's array gets zones 192-255 at
+# 0-63 and nothing after them (a known C driver bug, reported as such).
+id=$(rublk_add zoned --size 256MiB --zone-size 1MiB --conv-zones 2 -b 4KiB -q 1 -d 4) || exit 1
+wait_bdev "$id"
+name=ublkb$id
+dev=/dev/$name
+sysfs_is "$name" nr_zones 256
+sysfs_is "$name" max_hw_sectors_kb 4
+report=$(timeout -k 5 "$STEP_TIMEOUT" blkzone report "$dev") || die "blkzone report failed"
+wrong=
+i=0
+while read -r _ start _; do
+	start=${start%,}
+	if [ $((start)) -ne $((i * 2048)) ]; then
+		wrong="zone $i reported as starting at $start"
+		break
+	fi
+	i=$((i + 1))
+done <<<"$report"
+[ -z "$wrong" ] && [ "$i" -ne 256 ] && wrong="$i zones reported, not 256"
+if [ -n "$wrong" ]; then
+	if [ -d /sys/module/ublk_drv ]; then
+		echo "known C driver bug: a report of several requests: $wrong"
+	else
+		die "a report of several requests: $wrong"
+	fi
+else
+	echo "ok: a report of 256 zones in 4 requests, each zone in its place"
+fi
 
 rublk_del "$id"
-echo "ok: rublk zoned: report, management, zbd writes, zone append"
+echo "ok: rublk zoned: report, management, zbd writes, zone append, long report"

@@ -46,39 +46,58 @@ impl Zone {
 }
 
 /// A zone report that the block layer asks a driver for ([`Operations::report_zones`]): the
-/// driver reads the zones from its device and passes each to [`ZoneReport::report`].
+/// driver reads the zones from its device and passes each, in order, to [`ZoneReport::report`],
+/// which gives it its index in the report and stops at the number of zones asked for.
 ///
 /// # Invariants
 ///
 /// - `disk` points to a disk made by [`GenDiskBuilder::build`] with the operations `T`, which the
 ///   block layer keeps alive while it asks for the report, and which is zoned.
-/// - `args` is null or points to the arguments of the report in progress.
+/// - `args` is null or points to the arguments of the report in progress, whose callback may
+///   store each zone at its index in an array of `limit` zones.
+/// - `reported` zones were reported, with the indexes `0..reported`; `reported <= limit`.
 ///
 /// [`GenDiskBuilder::build`]: super::gen_disk::GenDiskBuilder::build
 pub struct ZoneReport<'a, T: Operations> {
     disk: NonNull<bindings::gendisk>,
     args: *mut bindings::blk_report_zones_args,
+    limit: u32,
+    reported: u32,
     _p: PhantomData<(&'a bindings::gendisk, T)>,
 }
 
 impl<'a, T: Operations> ZoneReport<'a, T> {
-    /// Wraps the arguments of the `report_zones` operation of a disk.
+    /// Wraps the arguments of the `report_zones` operation of a disk, which asked for at most
+    /// `nr_zones` zones.
     ///
     /// # Safety
     ///
     /// `disk` must point to a zoned disk made with the operations `T` that stays alive for `'a`,
     /// and `args` must be null or point to the arguments of the report in progress, valid for
-    /// `'a`.
+    /// `'a`, whose callback takes zones of the indexes `0..nr_zones`.
     pub(crate) unsafe fn new(
         disk: NonNull<bindings::gendisk>,
         args: *mut bindings::blk_report_zones_args,
+        nr_zones: u32,
     ) -> Self {
-        // INVARIANT: By the safety requirements.
+        // INVARIANT: By the safety requirements; nothing was reported yet.
         Self {
             disk,
             args,
+            limit: nr_zones,
+            reported: 0,
             _p: PhantomData,
         }
+    }
+
+    /// Returns how many zones were reported so far.
+    pub fn reported(&self) -> u32 {
+        self.reported
+    }
+
+    /// Returns how many more zones the report takes.
+    pub fn remaining(&self) -> u32 {
+        self.limit - self.reported
     }
 
     fn queue(&self) -> *mut bindings::request_queue {
@@ -88,10 +107,11 @@ impl<'a, T: Operations> ZoneReport<'a, T> {
     }
 
     /// Returns the number of zones of the disk.
-    pub fn nr_zones(&self) -> u32 {
+    pub fn disk_nr_zones(&self) -> u32 {
         // SAFETY: By the type invariants, `disk` is valid. The zoned disk's number of zones is
-        // set before its zones are first reported, and only changes when they are revalidated,
-        // which is what asks for this report then.
+        // set before its zones are first reported; a revalidation, or the release of the zone
+        // resources of a disk being deleted, may change it meanwhile, which the driver can only
+        // see as a report that ends early or fails.
         unsafe { (*self.disk.as_ptr()).nr_zones }
     }
 
@@ -128,14 +148,27 @@ impl<'a, T: Operations> ZoneReport<'a, T> {
         })
     }
 
-    /// Reports `zone`, the `idx`th zone of the report, to the block layer (`disk_report_zone()`),
-    /// which checks it and may change its condition.
-    pub fn report(&mut self, zone: &mut Zone, idx: u32) -> Result {
+    /// Reports `zone`, the next zone of the report, to the block layer (`disk_report_zone()`),
+    /// which checks it and may change its condition. Fails with `EINVAL` once the report has
+    /// as many zones as were asked for, or with the error of the block layer's callback.
+    pub fn report(&mut self, zone: &mut Zone) -> Result {
+        if self.reported >= self.limit {
+            return Err(EINVAL);
+        }
         // SAFETY: By the type invariants, `disk` is valid and `args` is null or the arguments of
-        // the report in progress. `zone` is a valid `struct blk_zone` that the call may change.
+        // the report in progress, whose callback takes the index `reported`, below `limit`.
+        // `zone` is a valid `struct blk_zone` that the call may change.
         to_result(unsafe {
-            bindings::disk_report_zone(self.disk.as_ptr(), &raw mut zone.0, idx, self.args)
-        })
+            bindings::disk_report_zone(
+                self.disk.as_ptr(),
+                &raw mut zone.0,
+                self.reported,
+                self.args,
+            )
+        })?;
+        // INVARIANT: One more zone was reported, with the next index; still at most `limit`.
+        self.reported += 1;
+        Ok(())
     }
 }
 
@@ -173,6 +206,8 @@ impl<T: Operations> DrvRequest<'_, T> {
     ///
     /// Fails with `EINVAL` if the request was executed before, or if `buf` is empty or larger
     /// than the queue takes in one request; otherwise with the status the request ended with.
+    /// `buf` is memory of the kernel's linear map or of vmalloc (a `KVVec`, for example), which
+    /// is what `blk_rq_map_kern()` maps.
     pub fn execute(&mut self, buf: &mut [u8]) -> Result {
         if self.executed {
             return Err(EINVAL);

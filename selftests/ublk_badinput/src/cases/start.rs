@@ -1,17 +1,22 @@
 //! Device state around START_DEV: the pid must be the server's, a device
-//! starts once, its parameters are fixed once started, and no FETCH_REQ is
-//! taken once every tag is fetched.
+//! starts once, its parameters are fixed once started, no FETCH_REQ is
+//! taken once every tag is fetched, and a zoned device's server may go away
+//! while START_DEV reads its zones.
 
-use anyhow::Result;
-use libc::{EACCES, EBUSY, EEXIST, EINVAL};
+use anyhow::{bail, Result};
+use io_uring::squeue;
+use libc::{EACCES, EBUSY, EEXIST, EINVAL, EIO};
+use std::os::fd::AsRawFd;
 use ublk_uapi::*;
 
 use super::ctrl::basic_params;
 use super::server::Server;
 use super::{case, err, Case};
-use crate::ctrl::{hdr, with_buf};
+use crate::chardev::io_sqe;
+use crate::ctrl::{hdr, sqe128, with_buf};
 use crate::env::Env;
-use crate::ring::Got;
+use crate::errno::show;
+use crate::ring::{Got, Ring, WAIT};
 
 fn start_dev_pid_not_server(env: &mut Env) -> Result<Got> {
     let mut s = Server::new(env, 1)?;
@@ -42,9 +47,47 @@ fn fetch_on_started_device(env: &mut Env) -> Result<Got> {
     s.cmd(UBLK_U_IO_FETCH_REQ, 0, 0, addr)
 }
 
+/// A zoned device (user copy) whose server goes away while it holds the
+/// zone report that START_DEV's reading of the zones sent it: START_DEV
+/// fails with the report's error, and the device can be deleted (the case's
+/// cleanup). A driver that held a lock across the report that the server's
+/// exit needs would hang here.
+fn start_dev_zoned_server_exits_during_report(env: &mut Env) -> Result<Got> {
+    let mut s = Server::with_flags(env, 1, UBLK_F_ZONED | UBLK_F_USER_COPY)?;
+    let fd = s.file.as_raw_fd();
+    // With user copy, commands name no buffer.
+    let fetch = s.ring.submit(io_sqe(fd, UBLK_U_IO_FETCH_REQ, 0, 0, 0))?;
+    let mut p = basic_params();
+    p.types |= UBLK_PARAM_TYPE_ZONED;
+    p.basic.chunk_sectors = 256;
+    p.zoned.max_zone_append_sectors = 64;
+    let r = env
+        .ctrl
+        .cmd(UBLK_U_CMD_SET_PARAMS, &with_buf(hdr(s.dev.id), &mut p))?;
+    if r != 0 {
+        bail!(
+            "setup: SET_PARAMS of zoned parameters failed: {}",
+            show(Got::Res(r))
+        );
+    }
+    let mut h = hdr(s.dev.id);
+    h.data[0] = std::process::id() as u64;
+    let mut ctrl = Ring::<squeue::Entry128>::new()?;
+    let start = ctrl.submit(sqe128(env.ctrl.fd(), UBLK_U_CMD_START_DEV, &h))?;
+    // The report reaches the server through its fetch.
+    match s.ring.wait(fetch, WAIT)? {
+        Got::Res(0) => {}
+        got => bail!("setup: no request reached the server: {}", show(got)),
+    }
+    // The server goes away: its ring, then its char device.
+    drop(s);
+    ctrl.wait(start, WAIT)
+}
+
 pub const CASES: &[Case] = &[
     case!(start_dev_pid_not_server, err(EINVAL)),
     case!(start_dev_twice, err(EEXIST)),
     case!(set_params_on_started_device, err(EACCES)),
     case!(fetch_on_started_device, err(EBUSY)),
+    case!(start_dev_zoned_server_exits_during_report, err(EIO)),
 ];
