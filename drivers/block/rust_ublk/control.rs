@@ -243,13 +243,6 @@ fn check_requested_flags(info: &DevInfo) -> Result {
     if flags & F_INTEGRITY != 0 && flags & F_USER_COPY == 0 {
         return Err(EINVAL);
     }
-    // The commit of a zone append says where its data landed in `addr`, which only user copy
-    // and zero copy leave free.
-    if flags & F_ZONED != 0
-        && (!cfg!(CONFIG_BLK_DEV_ZONED) || flags & (F_USER_COPY | F_SUPPORT_ZERO_COPY) == 0)
-    {
-        return Err(EINVAL);
-    }
     if flags & F_IO_DESC_SIZE != 0 {
         let size = usize::from(info.io_desc_size);
         if size < uapi::IO_DESC_SIZE || size % 8 != 0 || info.io_desc_size > MAX_IO_DESC_SIZE {
@@ -347,6 +340,14 @@ fn add_dev(ctl: &Control, header: &CtrlCmd) -> Result {
         header.dev_id
     };
     info.dev_id = id;
+
+    // The commit of a zone append says where its data landed in `addr`, which only user copy
+    // and zero copy leave free. Checked once the number is found, as the C driver does.
+    if info.flags & F_ZONED != 0
+        && (!cfg!(CONFIG_BLK_DEV_ZONED) || info.flags & (F_USER_COPY | F_SUPPORT_ZERO_COPY) == 0)
+    {
+        return Err(EINVAL);
+    }
 
     let dev = UblkDevice::new(info)?;
     writer.write_slice(&info.to_bytes())?;

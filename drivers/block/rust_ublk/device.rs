@@ -433,7 +433,7 @@ impl UblkDevice {
             timeout_ms as u32
         };
         {
-            let mut state = this.state.lock();
+            let state = this.state.lock();
             match state.life {
                 Lifecycle::Added | Lifecycle::Stopped => return Err(ENODEV),
                 Lifecycle::Quiesced(_) | Lifecycle::FailIo(_) => return Ok(()),

@@ -135,6 +135,17 @@ fn add_zoned(env: &mut Env, data_path: u64) -> Result<Got> {
     Ok(got)
 }
 
+/// The C driver checks the zoned flag's data path once it found the number:
+/// a taken number comes first.
+fn add_dev_zoned_without_user_copy_id_taken(env: &mut Env) -> Result<Got> {
+    let first = env.add(1, 2, 0)?;
+    add_with(env, |h, i| {
+        h.dev_id = first.id;
+        i.dev_id = first.id;
+        i.flags = UBLK_F_ZONED;
+    })
+}
+
 fn add_dev_zoned_user_copy(env: &mut Env) -> Result<Got> {
     add_zoned(env, UBLK_F_USER_COPY)
 }
@@ -177,6 +188,7 @@ pub const CASES: &[Case] = &[
     case!(add_dev_quiesce_without_recovery, err(EINVAL)),
     case!(add_dev_integrity_without_user_copy, err(EINVAL)),
     case!(add_dev_zoned_without_user_copy, err(EINVAL)),
+    case!(add_dev_zoned_without_user_copy_id_taken, err(EEXIST)),
     case!(add_dev_zoned_user_copy, OK),
     case!(add_dev_zoned_zero_copy, OK),
     case!(add_dev_io_desc_size_too_small, err(EINVAL)),

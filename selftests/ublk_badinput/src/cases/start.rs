@@ -7,6 +7,7 @@ use anyhow::{bail, Result};
 use io_uring::squeue;
 use libc::{EACCES, EBUSY, EEXIST, EINVAL, EIO};
 use std::os::fd::AsRawFd;
+use std::time::Instant;
 use ublk_uapi::*;
 
 use super::ctrl::basic_params;
@@ -16,7 +17,7 @@ use crate::chardev::io_sqe;
 use crate::ctrl::{hdr, sqe128, with_buf};
 use crate::env::Env;
 use crate::errno::show;
-use crate::ring::{Got, Ring, WAIT};
+use crate::ring::{Got, Ring, PEEK, WAIT};
 
 fn start_dev_pid_not_server(env: &mut Env) -> Result<Got> {
     let mut s = Server::new(env, 1)?;
@@ -53,10 +54,15 @@ fn fetch_on_started_device(env: &mut Env) -> Result<Got> {
 /// cleanup). A driver that held a lock across the report that the server's
 /// exit needs would hang here.
 fn start_dev_zoned_server_exits_during_report(env: &mut Env) -> Result<Got> {
-    let mut s = Server::with_flags(env, 1, UBLK_F_ZONED | UBLK_F_USER_COPY)?;
+    // Two tags: the report takes one, the other's fetch stays queued, so that
+    // the server's exit cancels a command before it releases the char device.
+    let mut s = Server::with_flags(env, 2, UBLK_F_ZONED | UBLK_F_USER_COPY)?;
     let fd = s.file.as_raw_fd();
     // With user copy, commands name no buffer.
-    let fetch = s.ring.submit(io_sqe(fd, UBLK_U_IO_FETCH_REQ, 0, 0, 0))?;
+    let fetches = [
+        s.ring.submit(io_sqe(fd, UBLK_U_IO_FETCH_REQ, 0, 0, 0))?,
+        s.ring.submit(io_sqe(fd, UBLK_U_IO_FETCH_REQ, 0, 1, 0))?,
+    ];
     let mut p = basic_params();
     p.types |= UBLK_PARAM_TYPE_ZONED;
     p.basic.chunk_sectors = 256;
@@ -74,10 +80,19 @@ fn start_dev_zoned_server_exits_during_report(env: &mut Env) -> Result<Got> {
     h.data[0] = std::process::id() as u64;
     let mut ctrl = Ring::<squeue::Entry128>::new()?;
     let start = ctrl.submit(sqe128(env.ctrl.fd(), UBLK_U_CMD_START_DEV, &h))?;
-    // The report reaches the server through its fetch.
-    match s.ring.wait(fetch, WAIT)? {
-        Got::Res(0) => {}
-        got => bail!("setup: no request reached the server: {}", show(got)),
+    // The report reaches the server through one of its fetches.
+    let deadline = Instant::now() + WAIT;
+    'report: loop {
+        for &fetch in &fetches {
+            match s.ring.wait(fetch, PEEK)? {
+                Got::Res(0) => break 'report,
+                Got::Pending => {}
+                got => bail!("setup: a fetch completed with {}", show(got)),
+            }
+        }
+        if Instant::now() >= deadline {
+            bail!("setup: no request reached the server");
+        }
     }
     // The server goes away: its ring, then its char device.
     drop(s);
