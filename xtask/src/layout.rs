@@ -18,7 +18,7 @@ pub const OVERLAY: &[(&str, &str)] = &[
 /// Repository paths under an overlay directory that stay out of the kernel
 /// tree: host-side programs that the harness builds itself (the Rust
 /// selftest crates; see `userland::rust_selftests`).
-pub const OVERLAY_SKIP: &[&str] = &["selftests/ublk_badinput"];
+pub const OVERLAY_SKIP: &[&str] = &["selftests/ublk_badinput", "selftests/ublk_fuzz"];
 
 /// Directory of patch series, applied in lexicographic order of series
 /// directories and then of files; cover letters are not applied.

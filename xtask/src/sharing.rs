@@ -41,6 +41,10 @@ const ALONE: &[(&str, &str)] = &[
         "counts every io_uring command sent to io-wq",
     ),
     (
+        "test_fuzz_01.sh",
+        "unloads and loads both ublk driver modules",
+    ),
+    (
         "test_badinput_01.sh",
         "expects exact errnos, some of which depend on global counts",
     ),

@@ -162,7 +162,10 @@ fn selftests(layout: &Layout, kernel: &Outputs, sysroot: &Path) -> Result<PathBu
 /// (the guest runs them from the host's root) and installed into the
 /// selftests directory, where their wrapper scripts (`selftests/test_*.sh`,
 /// listed in the Makefile by a patch) look for them.
-pub const RUST_SELFTESTS: &[(&str, &str)] = &[("ublk-badinput", "ublk_badinput")];
+pub const RUST_SELFTESTS: &[(&str, &str)] = &[
+    ("ublk-badinput", "ublk_badinput"),
+    ("ublk-fuzz", "ublk_fuzz"),
+];
 
 /// Builds the [`RUST_SELFTESTS`] (cargo handles staleness) and copies them
 /// into `install`.

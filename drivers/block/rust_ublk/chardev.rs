@@ -98,7 +98,7 @@ impl MiscDevice for CharDev {
         if vma.writable() {
             return Err(EPERM);
         }
-        let q_id = iodesc::queue_of(vma)?;
+        let q_id = iodesc::queue_of(vma, dev.io_desc_size)?;
         dev.queues.get(q_id)?.desc_pages.map(q_id, vma)
     }
 

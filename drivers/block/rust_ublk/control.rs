@@ -295,8 +295,9 @@ fn add_dev(ctl: &Control, header: &CtrlCmd) -> Result {
         return Err(EINVAL);
     }
 
-    // The device gets what it will really have: only the supported flags, the default io
-    // descriptors, at most one queue per CPU, whole pages of I/O buffer.
+    // The device gets what it will really have: only the supported flags, io descriptors of the
+    // size asked for with `UBLK_F_IO_DESC_SIZE` (checked above) or else the default, at most one
+    // queue per CPU, whole pages of I/O buffer.
     info.flags = (info.flags & F_ALL) | F_ALWAYS;
     if info.flags & F_NO_GET_DATA != 0 {
         info.flags &= !F_NEED_GET_DATA;
@@ -304,7 +305,9 @@ fn add_dev(ctl: &Control, header: &CtrlCmd) -> Result {
     if info.flags & F_BATCH_IO != 0 {
         info.flags &= !F_NOT_WITH_BATCH_IO;
     }
-    info.io_desc_size = uapi::IO_DESC_SIZE as u16;
+    if info.flags & F_IO_DESC_SIZE == 0 {
+        info.io_desc_size = uapi::IO_DESC_SIZE as u16;
+    }
     info.state = uapi::S_DEV_DEAD;
     info.ublksrv_pid = -1;
     let owner = Owner::current();

@@ -162,6 +162,8 @@ pub(crate) struct UblkDevice {
     pub(crate) depth: u16,
     /// The feature flags (`UBLK_F_*`) that the device got at `UBLK_U_CMD_ADD_DEV`.
     pub(crate) flags: u64,
+    /// The size in bytes of each io descriptor in the server's mapping (`UBLK_F_IO_DESC_SIZE`).
+    pub(crate) io_desc_size: u16,
     /// The state of the device.
     #[pin]
     pub(crate) state: Mutex<DeviceState>,
@@ -220,7 +222,13 @@ impl UblkDevice {
             uid: info.owner_uid,
             gid: info.owner_gid,
         };
-        let queues = Queues::new(info.nr_hw_queues, info.queue_depth, info.flags, owner)?;
+        let queues = Queues::new(
+            info.nr_hw_queues,
+            info.queue_depth,
+            info.io_desc_size,
+            info.flags,
+            owner,
+        )?;
         let queue_fetched = KVec::from_elem(0, info.nr_hw_queues.into(), GFP_KERNEL)?;
         Arc::pin_init(
             try_pin_init!(Self {
@@ -228,6 +236,7 @@ impl UblkDevice {
                 nr_queues: info.nr_hw_queues,
                 depth: info.queue_depth,
                 flags: info.flags,
+                io_desc_size: info.io_desc_size,
                 state <- new_mutex!(DeviceState {
                     info,
                     params: Params::new(),
@@ -376,6 +385,9 @@ impl UblkDevice {
                 Lifecycle::Live(_) | Lifecycle::Quiesced(_) | Lifecycle::FailIo(_)
             ) {
                 state.deleting = true;
+                // As the C driver (`ublk_detach_disk()`): a stopped device has no server to
+                // report, whether or not its process still runs.
+                state.info.ublksrv_pid = -1;
             }
             old_life
         };

@@ -50,6 +50,7 @@ pub(crate) const F_ALL: u64 = F_SUPPORT_ZERO_COPY
     | F_PER_IO_DAEMON
     | F_BUF_REG_OFF_DAEMON
     | F_SHMEM_ZC
+    | F_IO_DESC_SIZE
     | F_NO_AUTO_PART_SCAN
     | F_BATCH_IO
     | F_UPDATE_SIZE

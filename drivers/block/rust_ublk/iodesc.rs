@@ -2,9 +2,12 @@
 
 //! The io descriptors of a queue: the pages that the server maps read-only from `/dev/ublkcN`.
 //!
-//! Each io slot of a queue has a `struct ublksrv_io_desc`, at `tag * 24` bytes into the queue's
-//! descriptor area. The driver writes the descriptor of a request before it hands the request to
-//! the server, and the server reads it once it got the completion of its fetch command.
+//! Each io slot of a queue has a `struct ublksrv_io_desc`, at `tag * desc_size` bytes into the
+//! queue's descriptor area, where `desc_size` is 24, the size of the structure, or what the server
+//! asked for with `UBLK_F_IO_DESC_SIZE` (a multiple of 8 up to 256: room for fields it adds after
+//! the structure, which the driver leaves zero). The driver writes the descriptor of a request
+//! before it hands the request to the server, and the server reads it once it got the completion
+//! of its fetch command.
 
 use crate::uapi::{
     IoDesc, CMD_BUF_OFFSET, IO_DESC_ADDR, IO_DESC_NR_SECTORS, IO_DESC_SIZE, MAX_QUEUE_DEPTH,
@@ -17,26 +20,29 @@ use kernel::{
     warn_on,
 };
 
-/// Size in bytes of the descriptor area of a queue of `depth` io slots.
-fn area_size(depth: u16) -> usize {
-    (usize::from(depth) * IO_DESC_SIZE).next_multiple_of(PAGE_SIZE)
+/// Size in bytes of the descriptor area of a queue of `depth` io slots of `desc_size` bytes.
+fn area_size(depth: u16, desc_size: u16) -> usize {
+    (usize::from(depth) * usize::from(desc_size)).next_multiple_of(PAGE_SIZE)
 }
 
 /// Distance in bytes between the descriptor areas of two consecutive queues in `/dev/ublkcN`:
-/// the size of the area of the deepest possible queue.
-fn area_stride() -> usize {
-    area_size(MAX_QUEUE_DEPTH)
+/// the size of the area of the deepest possible queue, with descriptors of `desc_size` bytes.
+fn area_stride(desc_size: u16) -> usize {
+    area_size(MAX_QUEUE_DEPTH, desc_size)
 }
 
 /// The pages that hold the io descriptors of a queue, as the server maps them.
 ///
 /// # Invariants
 ///
-/// - `pages` hold `area_size(depth)` bytes, enough for `depth` descriptors, where `depth` is the
-///   number of [`DescWriter`]s created with them ([`new_descs`]).
+/// - `pages` hold `area_size(depth, desc_size)` bytes, enough for `depth` descriptors of
+///   `desc_size` bytes, where `depth` is the number of [`DescWriter`]s created with them
+///   ([`new_descs`]).
+/// - `desc_size >= IO_DESC_SIZE`.
 /// - Only the [`DescWriter`]s created with them write to them, each to one descriptor.
 pub(crate) struct DescPages {
     pages: KVec<Page>,
+    desc_size: u16,
 }
 
 impl DescPages {
@@ -48,7 +54,9 @@ impl DescPages {
         }
         // The descriptors are written by the driver only: no `mprotect()` to writable either.
         vma.try_clear_maywrite()?;
-        if queue_of(vma)? != q_id || vma.end() - vma.start() != self.pages.len() * PAGE_SIZE {
+        if queue_of(vma, self.desc_size)? != q_id
+            || vma.end() - vma.start() != self.pages.len() * PAGE_SIZE
+        {
             return Err(EINVAL);
         }
         vma.set_dontexpand();
@@ -60,16 +68,21 @@ impl DescPages {
     }
 }
 
-/// Allocates zeroed descriptors for a queue of `depth` io slots: the pages to map, and one writer
-/// per io slot.
-pub(crate) fn new_descs(depth: u16) -> Result<(Arc<DescPages>, KVec<DescWriter>)> {
-    let nr_pages = area_size(depth) / PAGE_SIZE;
+/// Allocates zeroed descriptors of `desc_size` bytes for a queue of `depth` io slots: the pages to
+/// map, and one writer per io slot. `desc_size` below the size of `struct ublksrv_io_desc` is
+/// `EINVAL`.
+pub(crate) fn new_descs(depth: u16, desc_size: u16) -> Result<(Arc<DescPages>, KVec<DescWriter>)> {
+    if usize::from(desc_size) < IO_DESC_SIZE {
+        return Err(EINVAL);
+    }
+    let nr_pages = area_size(depth, desc_size) / PAGE_SIZE;
     let mut pages = KVec::with_capacity(nr_pages, GFP_KERNEL)?;
     for _ in 0..nr_pages {
         pages.push(Page::alloc_page(GFP_KERNEL | __GFP_ZERO)?, GFP_KERNEL)?;
     }
-    // INVARIANT: `nr_pages` pages hold `area_size(depth)` bytes, for `depth` descriptors.
-    let pages = Arc::new(DescPages { pages }, GFP_KERNEL)?;
+    // INVARIANT: `nr_pages` pages hold `area_size(depth, desc_size)` bytes, for `depth`
+    // descriptors of `desc_size` bytes; `desc_size` was checked above.
+    let pages = Arc::new(DescPages { pages, desc_size }, GFP_KERNEL)?;
     let mut writers = KVec::with_capacity(depth.into(), GFP_KERNEL)?;
     for tag in 0..depth {
         // INVARIANT: `tag < depth`, and this is the only writer created for it: the pages are
@@ -92,7 +105,7 @@ pub(crate) fn new_descs(depth: u16) -> Result<(Arc<DescPages>, KVec<DescWriter>)
 ///
 /// # Invariants
 ///
-/// - `(tag + 1) * IO_DESC_SIZE <= pages.pages.len() * PAGE_SIZE`.
+/// - `(tag + 1) * pages.desc_size <= pages.pages.len() * PAGE_SIZE`.
 /// - `self` is the only writer of descriptor `tag` of `pages`.
 pub(crate) struct DescWriter {
     pages: Arc<DescPages>,
@@ -123,7 +136,7 @@ impl DescWriter {
         if warn_on!(offset + bytes.len() > IO_DESC_SIZE) {
             return;
         }
-        let mut offset = usize::from(self.tag) * IO_DESC_SIZE + offset;
+        let mut offset = usize::from(self.tag) * usize::from(self.pages.desc_size) + offset;
         let mut src = bytes;
         // A descriptor may cross a page boundary, since 24 does not divide `PAGE_SIZE`.
         while !src.is_empty() {
@@ -148,9 +161,10 @@ impl DescWriter {
     }
 }
 
-/// Returns the queue whose descriptors a mapping of `/dev/ublkcN` at `vma` asks for.
-pub(crate) fn queue_of(vma: &VmaNew) -> Result<usize> {
+/// Returns the queue whose descriptors a mapping of `/dev/ublkcN` at `vma` asks for, on a device
+/// whose descriptors are `desc_size` bytes.
+pub(crate) fn queue_of(vma: &VmaNew, desc_size: u16) -> Result<usize> {
     let offset = vma.pgoff() * PAGE_SIZE;
     let offset = offset.checked_sub(CMD_BUF_OFFSET).ok_or(EINVAL)?;
-    Ok(offset / area_stride())
+    Ok(offset / area_stride(desc_size))
 }

@@ -167,8 +167,13 @@ pub(crate) struct Queue {
 }
 
 impl Queue {
-    fn new(depth: u16, flags: u64, shmem: Option<Arc<shmem::Table>>) -> Result<Arc<Self>> {
-        let (desc_pages, writers) = iodesc::new_descs(depth)?;
+    fn new(
+        depth: u16,
+        desc_size: u16,
+        flags: u64,
+        shmem: Option<Arc<shmem::Table>>,
+    ) -> Result<Arc<Self>> {
+        let (desc_pages, writers) = iodesc::new_descs(depth, desc_size)?;
         let mut slots = KVec::with_capacity(depth.into(), GFP_KERNEL)?;
         for desc in writers {
             slots.push(
@@ -322,9 +327,15 @@ pub(crate) struct Queues {
 }
 
 impl Queues {
-    /// Creates `nr_queues` queues of `depth` io slots, for a device with the feature flags
-    /// `flags` that `owner` created.
-    pub(crate) fn new(nr_queues: u16, depth: u16, flags: u64, owner: Owner) -> Result<Arc<Self>> {
+    /// Creates `nr_queues` queues of `depth` io slots with io descriptors of `desc_size` bytes,
+    /// for a device with the feature flags `flags` that `owner` created.
+    pub(crate) fn new(
+        nr_queues: u16,
+        depth: u16,
+        desc_size: u16,
+        flags: u64,
+        owner: Owner,
+    ) -> Result<Arc<Self>> {
         let shmem = if flags & F_SHMEM_ZC != 0 {
             Some(shmem::new_table()?)
         } else {
@@ -332,7 +343,10 @@ impl Queues {
         };
         let mut queues = KVec::with_capacity(nr_queues.into(), GFP_KERNEL)?;
         for _ in 0..nr_queues {
-            queues.push(Queue::new(depth, flags, shmem.clone())?, GFP_KERNEL)?;
+            queues.push(
+                Queue::new(depth, desc_size, flags, shmem.clone())?,
+                GFP_KERNEL,
+            )?;
         }
         let unprivileged = if flags & F_UNPRIVILEGED_DEV != 0 {
             Some(Unprivileged::new(owner)?)

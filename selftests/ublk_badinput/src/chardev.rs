@@ -161,6 +161,12 @@ pub fn io_sqe_result(
 /// Buffer memory the FETCH_REQs of a case point at (copy mode wants one).
 pub struct IoBuf(Vec<u8>);
 
+impl Default for IoBuf {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl IoBuf {
     pub fn new() -> Self {
         IoBuf(vec![0u8; crate::env::MAX_IO_BUF_BYTES as usize])

@@ -5,21 +5,13 @@
 //!
 //! Usage: ublk_badinput [--list] [SUBSTRING...]
 
-mod batch;
-mod cases;
-mod chardev;
-mod child;
-mod ctrl;
-mod env;
-mod errno;
-mod ring;
-
 use std::process::ExitCode;
 use std::time::Instant;
 
-use crate::ctrl::{Ctrl, CONTROL};
-use crate::env::Env;
-use crate::errno::show;
+use ublk_badinput::ctrl::{Ctrl, CONTROL};
+use ublk_badinput::env::Env;
+use ublk_badinput::errno::show;
+use ublk_badinput::{cases, ring};
 
 const KSFT_PASS: u8 = 0;
 const KSFT_FAIL: u8 = 1;
@@ -127,7 +119,7 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ring::Got;
+    use ublk_badinput::ring::Got;
 
     #[test]
     fn verdicts() {

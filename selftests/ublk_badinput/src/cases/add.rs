@@ -168,6 +168,13 @@ fn add_dev_io_desc_size_too_large(env: &mut Env) -> Result<Got> {
     })
 }
 
+fn add_dev_batch_io_depth_1(env: &mut Env) -> Result<Got> {
+    add_with(env, |_, i| {
+        i.flags = UBLK_F_BATCH_IO;
+        i.queue_depth = 1;
+    })
+}
+
 pub const CASES: &[Case] = &[
     case!(add_dev_ok, OK),
     case!(add_dev_with_id_ok, OK),
@@ -193,4 +200,14 @@ pub const CASES: &[Case] = &[
     case!(add_dev_zoned_zero_copy, OK),
     case!(add_dev_io_desc_size_too_small, err(EINVAL)),
     case!(add_dev_io_desc_size_too_large, err(EINVAL)),
+    // Found by ublk_fuzz. The C driver's batch event fifo of each queue
+    // holds `queue_depth` entries, and kfifo_alloc() refuses fewer than two.
+    case!(
+        add_dev_batch_io_depth_1,
+        OK,
+        c_bug = (
+            err(EINVAL),
+            "kfifo_alloc() of the batch event fifo refuses a queue depth of 1"
+        )
+    ),
 ];

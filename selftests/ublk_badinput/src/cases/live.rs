@@ -126,6 +126,32 @@ fn try_stop_dev_disk_closed(env: &mut Env) -> Result<Got> {
     Ok(OK)
 }
 
+/// GET_DEV_INFO of a started device after STOP_DEV, while its server
+/// still runs: 0 if it reports no server (`ublksrv_pid` -1, as the C
+/// driver's `ublk_detach_disk()` leaves it), 1 if it reports a pid. Found
+/// by ublk_fuzz.
+fn dev_info_pid_after_stop(env: &mut Env) -> Result<Got> {
+    let a = Answering::start(env, 0)?;
+    let id = a.s.dev.id;
+    let r = env.ctrl.cmd(UBLK_U_CMD_STOP_DEV, &hdr(id))?;
+    if r != 0 {
+        bail!("STOP_DEV got {}", show(Got::Res(r)));
+    }
+    let mut info = UblksrvCtrlDevInfo::default();
+    let r = env
+        .ctrl
+        .cmd(UBLK_U_CMD_GET_DEV_INFO, &with_buf(hdr(id), &mut info))?;
+    if r != 0 {
+        bail!("GET_DEV_INFO after STOP_DEV got {}", show(Got::Res(r)));
+    }
+    let pid = info.ublksrv_pid;
+    if pid != -1 {
+        println!("# GET_DEV_INFO reports ublksrv_pid {pid} after STOP_DEV, not -1");
+        return Ok(Got::Res(1));
+    }
+    Ok(OK)
+}
+
 pub const CASES: &[Case] = &[
     case!(
         update_size_on_started_device,
@@ -143,4 +169,5 @@ pub const CASES: &[Case] = &[
         needs = UBLK_F_SAFE_STOP_DEV
     ),
     case!(try_stop_dev_disk_closed, OK, needs = UBLK_F_SAFE_STOP_DEV),
+    case!(dev_info_pid_after_stop, OK),
 ];

@@ -14,14 +14,14 @@ use crate::ring::Got;
 mod add;
 mod batch;
 mod chardev;
-mod ctrl;
+pub mod ctrl;
 mod del;
 mod fault;
 mod getdata;
 mod io;
 mod live;
 mod params;
-mod server;
+pub mod server;
 mod shmem;
 mod start;
 mod unpriv;
@@ -93,6 +93,7 @@ const FEATURE_NAMES: &[(u64, &str)] = &[
     (ublk_uapi::UBLK_F_BATCH_IO, "UBLK_F_BATCH_IO"),
     (ublk_uapi::UBLK_F_UPDATE_SIZE, "UBLK_F_UPDATE_SIZE"),
     (ublk_uapi::UBLK_F_SAFE_STOP_DEV, "UBLK_F_SAFE_STOP_DEV"),
+    (ublk_uapi::UBLK_F_IO_DESC_SIZE, "UBLK_F_IO_DESC_SIZE"),
     (
         ublk_uapi::UBLK_F_UNPRIVILEGED_DEV,
         "UBLK_F_UNPRIVILEGED_DEV",

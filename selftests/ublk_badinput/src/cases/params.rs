@@ -37,6 +37,23 @@ fn set_params_basic_only_length(env: &mut Env) -> Result<Got> {
     })
 }
 
+/// SET_PARAMS of valid parameters, then of a buffer whose `len` ends after
+/// the header (8 bytes) with `types` still BASIC: the basic parameters are
+/// not in the buffer. Found by ublk_fuzz.
+fn set_params_short_after_valid(env: &mut Env) -> Result<Got> {
+    let dev = env.add(1, 2, 0)?;
+    let mut p = basic_params();
+    let r = env
+        .ctrl
+        .cmd(UBLK_U_CMD_SET_PARAMS, &with_buf(hdr(dev.id), &mut p))?;
+    if r != 0 {
+        anyhow::bail!("setup: SET_PARAMS got {}", crate::errno::show(Got::Res(r)));
+    }
+    p.len = 8;
+    env.ctrl
+        .run(UBLK_U_CMD_SET_PARAMS, &with_buf(hdr(dev.id), &mut p))
+}
+
 fn set_params_len_only_header(env: &mut Env) -> Result<Got> {
     set_with(env, |h, _| h.len = 8)
 }
@@ -272,6 +289,15 @@ pub const CASES: &[Case] = &[
     case!(set_params_ok, OK),
     case!(set_params_unknown_type_bits_ignored, OK),
     case!(set_params_basic_only_length, OK),
+    case!(
+        set_params_short_after_valid,
+        err(EINVAL),
+        c_bug = (
+            OK,
+            "SET_PARAMS copies params.len bytes over the earlier parameters and validates \
+             the mix: the basic parameters of the earlier SET_PARAMS pass for this one's"
+        )
+    ),
     case!(set_params_len_only_header, err(EINVAL)),
     case!(set_params_addr_zero, err(EINVAL)),
     case!(set_params_params_len_zero, err(EINVAL)),

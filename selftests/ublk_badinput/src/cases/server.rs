@@ -170,7 +170,8 @@ impl Answering {
         Self::start_server(env, s)
     }
 
-    fn start_server(env: &mut Env, mut s: Server) -> Result<Self> {
+    /// [`Answering::start`] with `s`, a would-be server of a one-tag device.
+    pub fn start_server(env: &mut Env, mut s: Server) -> Result<Self> {
         let fd = s.file.as_raw_fd();
         let descs = map_descs_setup(fd, 1)?;
         let ring = std::mem::replace(&mut s.ring, Ring::new()?);

@@ -1,0 +1,69 @@
+//! Loading one ublk driver module at a time: both register
+//! /dev/ublk-control, so the other one is unloaded first.
+
+use anyhow::{bail, Context, Result};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use ublk_badinput::ctrl::CONTROL;
+
+/// The drivers a differential run compares: (short name, module).
+pub const DRIVERS: [(&str, &str); 2] = [("c", "ublk_drv"), ("rust", "rust_ublk")];
+
+pub fn is_loaded(module: &str) -> bool {
+    std::fs::read_to_string("/proc/modules")
+        .map(|s| s.lines().any(|l| l.split(' ').next() == Some(module)))
+        .unwrap_or(false)
+}
+
+/// The ublk driver module loaded now, if any.
+pub fn loaded() -> Option<&'static str> {
+    DRIVERS.iter().map(|(_, m)| *m).find(|m| is_loaded(m))
+}
+
+/// Whether `module` can be loaded here (modprobe finds it).
+pub fn available(module: &str) -> bool {
+    is_loaded(module)
+        || Command::new("modprobe")
+            .args(["--dry-run", "--ignore-install", module])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+}
+
+fn run(cmd: &str, args: &[&str]) -> Result<()> {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .with_context(|| format!("running {cmd}"))?;
+    if !out.status.success() {
+        bail!(
+            "{cmd} {}: {} {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// Unloads every ublk driver but `module`, loads `module` (a test harness
+/// may have made a plain `modprobe` of it a no-op) and waits for
+/// /dev/ublk-control.
+pub fn load(module: &str) -> Result<()> {
+    for (_, m) in DRIVERS {
+        if m != module && is_loaded(m) {
+            run("rmmod", &[m])?;
+        }
+    }
+    if !is_loaded(module) {
+        run("modprobe", &["--ignore-install", module])?;
+    }
+    let start = Instant::now();
+    while !std::path::Path::new(CONTROL).exists() {
+        if start.elapsed() > Duration::from_secs(5) {
+            bail!("{CONTROL} did not appear after loading {module}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
