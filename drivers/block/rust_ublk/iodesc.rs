@@ -85,8 +85,9 @@ pub(crate) fn new_descs(depth: u16, desc_size: u16) -> Result<(Arc<DescPages>, K
     let pages = Arc::new(DescPages { pages, desc_size }, GFP_KERNEL)?;
     let mut writers = KVec::with_capacity(depth.into(), GFP_KERNEL)?;
     for tag in 0..depth {
-        // INVARIANT: `tag < depth`, and this is the only writer created for it: the pages are
-        // new, and no other function creates a `DescWriter`.
+        // INVARIANT: `tag < depth`, so `(tag + 1) * desc_size <= depth * desc_size`, which is at
+        // most `area_size(depth, desc_size)`, the size of the pages; and this is the only writer
+        // created for `tag`: the pages are new, and no other function creates a `DescWriter`.
         writers.push(
             DescWriter {
                 pages: pages.clone(),
@@ -138,7 +139,8 @@ impl DescWriter {
         }
         let mut offset = usize::from(self.tag) * usize::from(self.pages.desc_size) + offset;
         let mut src = bytes;
-        // A descriptor may cross a page boundary, since 24 does not divide `PAGE_SIZE`.
+        // A descriptor may cross a page boundary: its size (24 by default) need not divide
+        // `PAGE_SIZE`.
         while !src.is_empty() {
             let in_page = offset % PAGE_SIZE;
             let len = src.len().min(PAGE_SIZE - in_page);

@@ -46,12 +46,14 @@ fn run(cmd: &str, args: &[&str]) -> Result<()> {
     Ok(())
 }
 
-/// Unloads every ublk driver but `module`, loads `module` (a test harness
-/// may have made a plain `modprobe` of it a no-op) and waits for
+/// Unloads every ublk driver but `module` (and `module` too if `fresh`, so
+/// that a round starts from a module just loaded: its device numbers and
+/// counters as a replay finds them), loads `module` (a test harness may
+/// have made a plain `modprobe` of it a no-op) and waits for
 /// /dev/ublk-control.
-pub fn load(module: &str) -> Result<()> {
+pub fn load(module: &str, fresh: bool) -> Result<()> {
     for (_, m) in DRIVERS {
-        if m != module && is_loaded(m) {
+        if (m != module || fresh) && is_loaded(m) {
             run("rmmod", &[m])?;
         }
     }

@@ -118,11 +118,12 @@ fn round(seed: u64, steps: usize) -> Result<Vec<String>, (Vec<String>, anyhow::E
     }
 }
 
-/// Loads `module`, with retries while the last round's rings go away.
-fn load(module: &str) -> Result<()> {
+/// Loads `module` (again, if `fresh`), with retries while the last round's
+/// rings go away.
+fn load(module: &str, fresh: bool) -> Result<()> {
     let start = Instant::now();
     loop {
-        match driver::load(module) {
+        match driver::load(module, fresh) {
             Ok(()) => return Ok(()),
             Err(e) if start.elapsed() > Duration::from_secs(15) => return Err(e),
             Err(_) => std::thread::sleep(Duration::from_millis(200)),
@@ -147,7 +148,7 @@ struct Totals {
 fn differential(a: &Args, seed: u64, t: &mut Totals) -> Result<Option<String>> {
     let mut traces = Vec::new();
     for (k, (name, module)) in DRIVERS.iter().enumerate() {
-        load(module)?;
+        load(module, true)?;
         match round(seed, a.steps) {
             Ok(tr) => {
                 t.steps[k] += tr.len() as u64;
@@ -229,7 +230,7 @@ fn main() -> ExitCode {
         let seed = a.seed.wrapping_add(t.rounds);
         t.rounds += 1;
         let res = match a.driver {
-            Some(m) => load(m).and_then(|()| match round(seed, a.steps) {
+            Some(m) => load(m, true).and_then(|()| match round(seed, a.steps) {
                 Ok(tr) => {
                     t.steps[0] += tr.len() as u64;
                     print_trace(m, &tr);
@@ -263,7 +264,7 @@ fn main() -> ExitCode {
         }
     }
     let restored = match before {
-        Some(m) => load(m)
+        Some(m) => load(m, false)
             .map_err(|e| println!("# could not load {m} again: {e:#}"))
             .is_ok(),
         None => true,

@@ -11,8 +11,9 @@
 //! pending, and an operation whose outcome would depend on a race is not
 //! drawn (e.g. the FETCH that would let a waiting START_DEV go on while
 //! nobody answers the new disk's I/O). A wait that runs out is a hang: the
-//! round fails. The one exception is the release of a closed char device,
-//! which nothing shows: the fuzzer gives it [`RELEASE_WAIT`].
+//! round fails. What shows when a closed char device is released, and when
+//! udev and the partition scan let go of a started disk, is the driver
+//! module's reference count ([`World::settle_refs`]).
 
 use anyhow::{bail, Result};
 use io_uring::squeue;
@@ -30,8 +31,6 @@ use ublk_uapi::*;
 pub const MAX_DEVS: usize = 4;
 /// How long a settling wait (a release, a removal, a state change) may take.
 pub const SETTLE: Duration = Duration::from_secs(10);
-/// How long the release of a closed char device is given ([`World::after_close`]).
-pub const RELEASE_WAIT: Duration = Duration::from_millis(300);
 
 /// Flags a device must not have for [`Answering`] to serve it (copy mode,
 /// plain FETCH/COMMIT, no zone or integrity parameters).
@@ -144,15 +143,35 @@ impl World {
         }
     }
 
-    /// Gives the work that releases a closed char device time to run. Both
-    /// drivers release it in a work item queued at the last close, and
-    /// what the release resets (the fetched tags, the server) decides how
-    /// START_DEV, END_USER_RECOVERY and START_USER_RECOVERY answer; nothing
-    /// shows when it ran without opening the device again, which queues
-    /// another release. The fuzzer's one timing assumption: a work item
-    /// queued without delay runs within [`RELEASE_WAIT`] on an idle guest.
-    pub fn after_close(&self) {
-        std::thread::sleep(RELEASE_WAIT);
+    /// Waits until every reference to the driver module but the fuzzer's
+    /// own files is gone: a closed char device's release (io_uring's exit
+    /// work cancels the commands that hold the file, then the release runs
+    /// and, in the C driver, its work item, which holds a module reference
+    /// until it is done) and the openers of a started disk (udev's probes,
+    /// the partition scan), each of which holds one. What those reset or
+    /// hold (the fetched tags, the server, an opener) decides how START_DEV,
+    /// END_USER_RECOVERY, START_USER_RECOVERY and TRY_STOP_DEV answer.
+    /// Polls `/sys/module/<driver>/refcnt` down to the number of files the
+    /// fuzzer holds (the control device, each open char device); after
+    /// [`SETTLE`] it goes on (an opener that stays is then part of the
+    /// state both drivers see).
+    pub fn settle_refs(&self) {
+        let Some(module) = crate::driver::loaded() else {
+            return;
+        };
+        let held = 1 + self
+            .devs
+            .iter()
+            .filter(|d| d.server.is_some() || d.live.is_some())
+            .count() as u64;
+        let path = format!("/sys/module/{module}/refcnt");
+        let start = Instant::now();
+        while start.elapsed() < SETTLE {
+            match std::fs::read_to_string(&path).map(|s| s.trim().parse::<u64>()) {
+                Ok(Ok(n)) if n > held => std::thread::sleep(Duration::from_millis(10)),
+                _ => return,
+            }
+        }
     }
 
     /// Opens the char device of `id`, which the fuzzer does not hold:
@@ -203,12 +222,16 @@ impl World {
     }
 
     /// Waits until device `id` leaves the LIVE state, returns the state.
+    /// Still LIVE after [`SETTLE`] is a hang.
     pub fn settle_not_live(&mut self, id: u32) -> Result<String> {
         let start = Instant::now();
         loop {
             match self.state(id)? {
                 Ok(UBLK_S_DEV_LIVE) if start.elapsed() < SETTLE => {
                     std::thread::sleep(Duration::from_millis(20))
+                }
+                Ok(UBLK_S_DEV_LIVE) => {
+                    bail!("device {id} still LIVE {SETTLE:?} after its server went away or it was stopped")
                 }
                 Ok(s) => return Ok(state_name(s)),
                 Err(r) => return Ok(show(Got::Res(r))),

@@ -229,15 +229,7 @@ pub const CASES: &[Case] = &[
     case!(mmap_offset_past_last_queue, err(EINVAL)),
     case!(mprotect_writable, err(EACCES)),
     case!(mmap_from_second_process, err(EINVAL)),
-    case!(mmap_io_desc_size_64, OK, needs = UBLK_F_IO_DESC_SIZE),
-    case!(
-        mmap_io_desc_size_64_queue_1,
-        OK,
-        needs = UBLK_F_IO_DESC_SIZE
-    ),
-    case!(
-        mmap_io_desc_size_64_default_size,
-        err(EINVAL),
-        needs = UBLK_F_IO_DESC_SIZE
-    ),
+    case!(mmap_io_desc_size_64, OK),
+    case!(mmap_io_desc_size_64_queue_1, OK),
+    case!(mmap_io_desc_size_64_default_size, err(EINVAL)),
 ];
