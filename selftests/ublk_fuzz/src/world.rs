@@ -31,6 +31,9 @@ use ublk_uapi::*;
 pub const MAX_DEVS: usize = 4;
 /// How long a settling wait (a release, a removal, a state change) may take.
 pub const SETTLE: Duration = Duration::from_secs(10);
+/// How long [`World::settle_refs`] waits for the module's references to
+/// go: a release and udev's probe take well under a second here.
+pub const REFS_SETTLE: Duration = Duration::from_secs(3);
 
 /// Flags a device must not have for [`Answering`] to serve it (copy mode,
 /// plain FETCH/COMMIT, no zone or integrity parameters).
@@ -153,8 +156,9 @@ impl World {
     /// END_USER_RECOVERY, START_USER_RECOVERY and TRY_STOP_DEV answer.
     /// Polls `/sys/module/<driver>/refcnt` down to the number of files the
     /// fuzzer holds (the control device, each open char device); after
-    /// [`SETTLE`] it goes on (an opener that stays is then part of the
-    /// state both drivers see).
+    /// [`REFS_SETTLE`] it goes on (an opener that stays, e.g. udev reading a
+    /// quiesced disk after UPDATE_SIZE, is then part of the state both
+    /// drivers see).
     pub fn settle_refs(&self) {
         let Some(module) = crate::driver::loaded() else {
             return;
@@ -166,7 +170,7 @@ impl World {
             .count() as u64;
         let path = format!("/sys/module/{module}/refcnt");
         let start = Instant::now();
-        while start.elapsed() < SETTLE {
+        while start.elapsed() < REFS_SETTLE {
             match std::fs::read_to_string(&path).map(|s| s.trim().parse::<u64>()) {
                 Ok(Ok(n)) if n > held => std::thread::sleep(Duration::from_millis(10)),
                 _ => return,
