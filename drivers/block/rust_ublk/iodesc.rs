@@ -168,5 +168,7 @@ impl DescWriter {
 pub(crate) fn queue_of(vma: &VmaNew, desc_size: u16) -> Result<usize> {
     let offset = vma.pgoff() * PAGE_SIZE;
     let offset = offset.checked_sub(CMD_BUF_OFFSET).ok_or(EINVAL)?;
-    Ok(offset / area_stride(desc_size))
+    // The stride is never zero (`desc_size` is at least 24): `checked_div` only keeps a panic
+    // path out of the code.
+    offset.checked_div(area_stride(desc_size)).ok_or(EINVAL)
 }
