@@ -83,6 +83,18 @@ fn try_stop_dev_disk_open(env: &mut Env) -> Result<Got> {
     env.ctrl.run(UBLK_U_CMD_TRY_STOP_DEV, &hdr(a.s.dev.id))
 }
 
+/// GET_DEV_INFO of device `id`, which must succeed after the command `after`.
+fn dev_info(env: &mut Env, id: u32, after: &str) -> Result<UblksrvCtrlDevInfo> {
+    let mut info = UblksrvCtrlDevInfo::default();
+    let r = env
+        .ctrl
+        .cmd(UBLK_U_CMD_GET_DEV_INFO, &with_buf(hdr(id), &mut info))?;
+    if r != 0 {
+        bail!("GET_DEV_INFO after {after} got {}", show(Got::Res(r)));
+    }
+    Ok(info)
+}
+
 /// TRY_STOP_DEV while the case holds the disk open (EBUSY), then once it
 /// closed it. The result is that of the second TRY_STOP_DEV; if that is 0
 /// but GET_DEV_INFO then reports a state other than `UBLK_S_DEV_DEAD`, 1.
@@ -111,14 +123,7 @@ fn try_stop_dev_disk_closed(env: &mut Env) -> Result<Got> {
     if got != OK {
         return Ok(got);
     }
-    let mut info = UblksrvCtrlDevInfo::default();
-    let r = env
-        .ctrl
-        .cmd(UBLK_U_CMD_GET_DEV_INFO, &with_buf(hdr(id), &mut info))?;
-    if r != 0 {
-        bail!("GET_DEV_INFO after TRY_STOP_DEV got {}", show(Got::Res(r)));
-    }
-    let state = info.state;
+    let state = dev_info(env, id, "TRY_STOP_DEV")?.state;
     if state != UBLK_S_DEV_DEAD {
         println!("# GET_DEV_INFO reports state {state} after TRY_STOP_DEV, not UBLK_S_DEV_DEAD");
         return Ok(Got::Res(1));
@@ -137,14 +142,7 @@ fn dev_info_pid_after_stop(env: &mut Env) -> Result<Got> {
     if r != 0 {
         bail!("STOP_DEV got {}", show(Got::Res(r)));
     }
-    let mut info = UblksrvCtrlDevInfo::default();
-    let r = env
-        .ctrl
-        .cmd(UBLK_U_CMD_GET_DEV_INFO, &with_buf(hdr(id), &mut info))?;
-    if r != 0 {
-        bail!("GET_DEV_INFO after STOP_DEV got {}", show(Got::Res(r)));
-    }
-    let pid = info.ublksrv_pid;
+    let pid = dev_info(env, id, "STOP_DEV")?.ublksrv_pid;
     if pid != -1 {
         println!("# GET_DEV_INFO reports ublksrv_pid {pid} after STOP_DEV, not -1");
         return Ok(Got::Res(1));

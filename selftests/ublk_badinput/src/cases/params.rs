@@ -41,14 +41,7 @@ fn set_params_basic_only_length(env: &mut Env) -> Result<Got> {
 /// the header (8 bytes) with `types` still BASIC: the basic parameters are
 /// not in the buffer. Found by ublk_fuzz.
 fn set_params_short_after_valid(env: &mut Env) -> Result<Got> {
-    let dev = env.add(1, 2, 0)?;
-    let mut p = basic_params();
-    let r = env
-        .ctrl
-        .cmd(UBLK_U_CMD_SET_PARAMS, &with_buf(hdr(dev.id), &mut p))?;
-    if r != 0 {
-        anyhow::bail!("setup: SET_PARAMS got {}", crate::errno::show(Got::Res(r)));
-    }
+    let (dev, mut p) = dev_with_params(env)?;
     p.len = 8;
     env.ctrl
         .run(UBLK_U_CMD_SET_PARAMS, &with_buf(hdr(dev.id), &mut p))
@@ -246,16 +239,23 @@ fn set_params_integrity_without_flag(env: &mut Env) -> Result<Got> {
     })
 }
 
-/// GET_PARAMS on a fresh device with parameters set, header changed by `f`.
-fn get_with(env: &mut Env, f: impl FnOnce(&mut UblksrvCtrlCmd, &mut UblkParams)) -> Result<Got> {
+/// A fresh device whose parameters SET_PARAMS set to `basic_params()`
+/// (setup step); the device and those parameters.
+fn dev_with_params(env: &mut Env) -> Result<(crate::env::Dev, UblkParams)> {
     let dev = env.add(1, 2, 0)?;
     let mut p = basic_params();
     let r = env
         .ctrl
         .cmd(UBLK_U_CMD_SET_PARAMS, &with_buf(hdr(dev.id), &mut p))?;
     if r != 0 {
-        anyhow::bail!("setup: SET_PARAMS failed: {r}");
+        anyhow::bail!("setup: SET_PARAMS got {}", crate::errno::show(Got::Res(r)));
     }
+    Ok((dev, p))
+}
+
+/// GET_PARAMS on a fresh device with parameters set, header changed by `f`.
+fn get_with(env: &mut Env, f: impl FnOnce(&mut UblksrvCtrlCmd, &mut UblkParams)) -> Result<Got> {
+    let (dev, _) = dev_with_params(env)?;
     let mut p = UblkParams {
         len: std::mem::size_of::<UblkParams>() as u32,
         ..Default::default()
