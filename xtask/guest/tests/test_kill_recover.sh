@@ -11,22 +11,34 @@
 # each of ROUNDS rounds a new device is added; fio writes and verifies
 # through it again and again while another loop kills the server while it
 # has requests, waits for QUIESCED, runs `kublk recover` and waits for LIVE,
-# CYCLES times per round. Each fio pass writes three regions: 4k and 8k-256k
+# CYCLES times per round. Where each kill lands is drawn from a seed (printed;
+# KILL_SEED=N replays the draws, not the timing): while requests are in flight
+# (half the kills), after a random delay from the last LIVE whether or not
+# I/O is in flight (a quarter), or in the middle of the next recovery (a
+# quarter): the server is killed as usual and, a random 0 to 150 ms after
+# `kublk recover` starts, every process of that recovery is killed too,
+# before, during or after START_USER_RECOVERY, its FETCHes and
+# END_USER_RECOVERY; the device must then be QUIESCED again (or LIVE, if the
+# recovery won the race, and then it is killed once more) and the next
+# `kublk recover` must bring it back. Each fio pass writes three regions: 4k and 8k-256k
 # random writes with crc32c checksums, and 4k-64k random writes of a pattern
 # unique to the pass (its number and the offset), so that a write lost
 # across a kill, which would leave an earlier pass's valid checksummed data
 # in place, fails the verify. Then the device is deleted (its nodes must go),
 # the last pass is verified again from the backing file, the module is
-# unloaded (nothing may hold it) and loaded again, and the kernel's
-# unreclaimable slab memory is sampled: after the last round it may not
-# exceed what it was after the first by more than SLAB_KIB. Every step is
+# unloaded (nothing may hold it) and loaded again, and memory is compared
+# with the first round's, taken at the same point: after every later round
+# the kernel's unreclaimable slab memory may exceed it by at most SLAB_KIB
+# (the caches that grew most are printed when it does), the loaded modules
+# must be the same, and no ublk device, disk or char device may be left.
+# Every step is
 # bounded: a driver command, a wait for a state, a recovery, a fio pass, an
 # unload that takes too long fails the test. The harness fails it too on any
 # kernel splat.
 #
 # It prints its numbers: kills (and how many found requests in flight),
-# recovery times (kill to LIVE), fio passes and what they verified, slab
-# memory after each round.
+# recovery times (kill to LIVE), fio passes and what they verified, memory
+# after each round.
 #
 # 50 kills with their recoveries take 2 to 4 minutes under TCG, more than
 # the harness's per-test timeout leaves on a slow machine:
@@ -42,13 +54,16 @@ TID=kill_recover
 
 ROUNDS=5
 CYCLES=10         # kills per round: 50 in all
-SLAB_KIB=2048     # growth of SUnreclaim allowed from the first round to the last
+SLAB_KIB=1024     # growth of SUnreclaim allowed after any round from the first's
+# (it moves by up to 430 KiB between rounds here, leaking nothing)
 CMD_WAIT=30       # s for one kublk command (add, list, del)
 STATE_WAIT=20     # s for QUIESCED after a kill, and for LIVE after a recover
 RECOVER_WAIT=30   # s for `kublk recover` to return
 FIO_WAIT=120      # s for one fio pass
 UNUSED_WAIT=10    # s for the module's users to go after its device
 TARGET=(-t loop -q 2 -d 64 -r 1 -i 1)
+SEED=${KILL_SEED:-$(($(date +%s%N) % 32768))}
+RANDOM=$SEED
 
 _have_program fio || {
 	echo "fio not installed"
@@ -93,7 +108,7 @@ cleanup() {
 	[ -n "$dev_id" ] && timeout -k 5 "$CMD_WAIT" "$UBLK_PROG" del -n "$dev_id" >/dev/null 2>&1
 	[ -n "$fio_pid" ] && wait_fio 0
 	grep -q "^$MOD " /proc/modules || modprobe "$MOD"
-	rm -f "$ABORT" "$STOP" "$STATS" "$FIOLOG"
+	rm -f "$ABORT" "$STOP" "$STATS" "$FIOLOG" "$UBLK_TEST_DIR"/slabinfo.*
 	_remove_files
 	rmdir "$UBLK_TEST_DIR" 2>/dev/null
 }
@@ -159,6 +174,26 @@ recover() {
 		sleep 0.2
 	done
 	fail "$1: kublk recover failed (exit $rc, $i retries): $out"
+}
+
+# ms_sleep <ms>: sleep that many milliseconds (0 to 999).
+ms_sleep() { sleep "$(printf '0.%03d' "$1")"; }
+
+# kill_in_recovery <what>: the device is QUIESCED; start `kublk recover` and
+# kill -9 every process of it (the command, its detached server) a random 0
+# to 150 ms later (a recovery takes about that long under TCG). The device
+# must end up QUIESCED: at once if the kill came before END_USER_RECOVERY,
+# after its server's release if it came after. Counts in `early` the kills
+# that came while the command still ran.
+kill_in_recovery() {
+	local rpid delay=$((RANDOM % 151))
+	timeout -k 5 "$RECOVER_WAIT" "$UBLK_PROG" recover -n "$dev_id" "${TARGET[@]}" "$back" >/dev/null 2>&1 &
+	rpid=$!
+	ms_sleep "$delay"
+	kill -0 "$rpid" 2>/dev/null && early=$((early + 1))
+	pkill -9 -f "^$UBLK_PROG recover -n $dev_id " 2>/dev/null
+	wait "$rpid" 2>/dev/null
+	wait_state QUIESCED "$1, after killing its recovery ${delay} ms in"
 }
 
 # The pass number, unique over the rounds, is in its seed and its pattern.
@@ -235,14 +270,38 @@ reload_module() {
 	fail "round $1: /dev/ublk-control missing after loading $MOD"
 }
 
-# slab_kib: unreclaimable slab memory, after dropping what can be dropped.
+# slab_kib: unreclaimable slab memory, after dropping what can be dropped;
+# also keeps a copy of /proc/slabinfo in $1.
 slab_kib() {
 	sync
 	echo 3 >/proc/sys/vm/drop_caches
+	cat /proc/slabinfo >"$1" 2>/dev/null
 	awk '$1 == "SUnreclaim:" { print $2 }' /proc/meminfo
 }
 
-min=999999 max=0 sum=0 kills=0 busy=0 runs=0 slabs=()
+# slab_growth <before> <after>: the five caches whose memory grew most
+# (/proc/slabinfo needs CONFIG_SLUB_DEBUG, which a tinyconfig SLUB lacks).
+slab_growth() {
+	[ -s "$1" ] || {
+		echo "(no /proc/slabinfo on this kernel)"
+		return
+	}
+	awk 'NR == FNR { if (FNR > 2) kib[$1] = $3 * $4 / 1024; next }
+	     FNR > 2 { d = $3 * $4 / 1024 - kib[$1]; if (d > 0) printf "%s +%d KiB\n", $1, d }' \
+		"$1" "$2" | sort -t+ -k2 -rn | head -n 5 | tr '\n' ' '
+}
+
+# leftovers: ublk devices, disks and char devices that should be gone.
+leftovers() {
+	ls -d /sys/class/ublk-char/* /sys/block/ublkb* /dev/ublkc* /dev/ublkb* 2>/dev/null | tr '\n' ' '
+}
+
+# KASAN keeps freed objects in quarantine (tens of MiB): no baseline then.
+kasan=
+dmesg | grep -q "KernelAddressSanitizer initialized" && kasan=1
+echo "kill points drawn from seed $SEED (KILL_SEED=$SEED replays the draws)"
+min=999999 max=0 sum=0 kills=0 busy=0 runs=0 slabs=() timed=0
+in_flight=0 delayed=0 in_recovery=0 early=0 waited_busy=0
 for ((r = 1; r <= ROUNDS; r++)); do
 	rm -f "$STOP"
 	: >"$STATS"
@@ -254,24 +313,45 @@ for ((r = 1; r <= ROUNDS; r++)); do
 	for ((c = 1; c <= CYCLES; c++)); do
 		what="round $r, kill $c"
 		kill -0 "$fio_pid" 2>/dev/null || break
-		# Kill while the server has requests: wait up to 2 s for some.
-		for ((i = 0; i < 20; i++)); do
-			read -r rd wr <"/sys/block/ublkb$dev_id/inflight"
-			[ $((rd + wr)) -gt 0 ] && break
-			sleep 0.1
-		done
 		pid=$(list_field 7)
 		[[ "$pid" =~ ^[0-9]+$ ]] && [ "$pid" -gt 1 ] ||
 			fail "$what: no server pid for device $dev_id ('$pid')"
-		[ $((rd + wr)) -gt 0 ] && busy=$((busy + 1))
+		point=$((RANDOM % 4))
+		if [ "$point" = 2 ]; then
+			# A random point, I/O in flight or not.
+			delayed=$((delayed + 1))
+			ms_sleep $((RANDOM % 1000))
+		else
+			# While the server has requests: wait up to 2 s for some,
+			# then up to 20 ms more.
+			for ((i = 0; i < 20; i++)); do
+				read -r rd wr <"/sys/block/ublkb$dev_id/inflight"
+				[ $((rd + wr)) -gt 0 ] && break
+				sleep 0.1
+			done
+			ms_sleep $((RANDOM % 20))
+		fi
+		read -r rd wr <"/sys/block/ublkb$dev_id/inflight"
+		if [ $((rd + wr)) -gt 0 ]; then
+			busy=$((busy + 1))
+			[ "$point" = 2 ] || waited_busy=$((waited_busy + 1))
+		fi
 		t0=$(now_ms)
 		kill -9 "$pid"
+		kills=$((kills + 1))
 		wait_state QUIESCED "$what, after kill -9 $pid"
+		if [ "$point" = 3 ]; then
+			in_recovery=$((in_recovery + 1))
+			kill_in_recovery "$what"
+		else
+			[ "$point" = 2 ] || in_flight=$((in_flight + 1))
+		fi
 		recover "$what"
 		wait_state LIVE "$what, after kublk recover"
+		[ "$point" = 3 ] && continue
 		ms=$(($(now_ms) - t0))
 		sum=$((sum + ms))
-		kills=$((kills + 1))
+		timed=$((timed + 1))
 		[ "$ms" -lt "$min" ] && min=$ms
 		[ "$ms" -gt "$max" ] && max=$ms
 	done
@@ -297,22 +377,27 @@ for ((r = 1; r <= ROUNDS; r++)); do
 	}
 
 	reload_module "$r"
-	slabs+=("$(slab_kib)")
+	left=$(leftovers)
+	[ -z "$left" ] || fail "round $r: left after deleting the device and reloading $MOD: $left"
+	slabs+=("$(slab_kib "$UBLK_TEST_DIR/slabinfo.$r")")
+	mods=$(awk '{ print $1 }' /proc/modules | sort | tr '\n' ' ')
 	echo "round $r: $CYCLES kills, $n fio passes, SUnreclaim ${slabs[-1]} KiB after the reload"
+	[ "$r" = 1 ] && mods1=$mods && continue
+	[ "$mods" = "$mods1" ] || fail "round $r: modules loaded now: $mods; after round 1: $mods1"
+	growth=$((slabs[-1] - slabs[0]))
+	[ -n "$kasan" ] || [ "$growth" -le "$SLAB_KIB" ] ||
+		fail "round $r: unreclaimable slab memory $growth KiB above round 1's (more than $SLAB_KIB); grew most: $(slab_growth "$UBLK_TEST_DIR/slabinfo.1" "$UBLK_TEST_DIR/slabinfo.$r")"
 done
 
-growth=$((slabs[-1] - slabs[0]))
-# KASAN keeps freed objects in quarantine (tens of MiB): no baseline then.
-kasan=
-dmesg | grep -q "KernelAddressSanitizer initialized" && kasan=1
-echo "kill_recover: $kills kills in $ROUNDS rounds, $busy with requests in flight; kill -9 to LIVE: min ${min} ms, mean $((sum / kills)) ms, max ${max} ms"
+echo "kill_recover: $kills kills in $ROUNDS rounds from seed $SEED: $in_flight after requests reached the server, $delayed at a random delay, $in_recovery followed by a kill of the next recovery ($early of those while \`kublk recover\` still ran); $busy found requests in flight ($waited_busy of the $((kills - delayed)) that waited for some)"
+echo "kill_recover: kill -9 to LIVE ($timed kills not followed by a second): min ${min} ms, mean $((sum / (timed ? timed : 1))) ms, max ${max} ms"
 echo "kill_recover: $runs fio passes completed, $((runs * 24)) MiB written and verified (crc32c, and a pattern unique to each pass), 0 errors; each round's last pass verified again from the backing file"
-echo "kill_recover: $MOD unloaded and loaded $ROUNDS times; SUnreclaim after each round: ${slabs[*]} KiB (last - first: $growth KiB, at most $SLAB_KIB)"
+echo "kill_recover: $MOD unloaded and loaded $ROUNDS times, the same modules loaded after each round, no ublk device left; SUnreclaim after each round: ${slabs[*]} KiB (at most $SLAB_KIB above round 1's)"
 [ -n "$kasan" ] && echo "kill_recover: KASAN kernel: slab growth reported, not judged (its quarantine holds freed objects)"
-[ -n "$kasan" ] || [ "$growth" -le "$SLAB_KIB" ] || fail "unreclaimable slab memory grew by $growth KiB over $((ROUNDS - 1)) rounds (more than $SLAB_KIB)"
-[ "$busy" -ge $((kills / 2)) ] || fail "only $busy of $kills kills found requests in flight: the test did not test recovery under I/O"
+waited=$((kills - delayed))
+[ "$waited_busy" -ge $((waited / 2)) ] || fail "only $waited_busy of the $waited kills that waited for requests in flight found some: the test did not test recovery under I/O"
 
 finished=1
-rm -f "$STOP" "$STATS" "$FIOLOG"
+rm -f "$STOP" "$STATS" "$FIOLOG" "$UBLK_TEST_DIR"/slabinfo.*
 _cleanup_test
 _show_result "$TID" 0
