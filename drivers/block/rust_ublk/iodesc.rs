@@ -166,7 +166,8 @@ impl DescWriter {
 /// Returns the queue whose descriptors a mapping of `/dev/ublkcN` at `vma` asks for, on a device
 /// whose descriptors are `desc_size` bytes.
 pub(crate) fn queue_of(vma: &VmaNew, desc_size: u16) -> Result<usize> {
-    let offset = vma.pgoff() * PAGE_SIZE;
+    // `vm_pgoff` holds the whole mmap offset in pages; in bytes it overflows a 32-bit `usize`.
+    let offset = vma.pgoff().checked_mul(PAGE_SIZE).ok_or(EINVAL)?;
     let offset = offset.checked_sub(CMD_BUF_OFFSET).ok_or(EINVAL)?;
     // The stride is never zero (`desc_size` is at least 24): `checked_div` only keeps a panic
     // path out of the code.

@@ -9,32 +9,30 @@
 # its server dies the device is quiesced, requests wait, and those the dead
 # server had received are reissued to the next one, so no I/O may fail. In
 # each of ROUNDS rounds a new device is added; fio writes and verifies
-# through it again and again while another loop kills the server while it
-# has requests, waits for QUIESCED, runs `kublk recover` and waits for LIVE,
-# CYCLES times per round. Where each kill lands is drawn from a seed (printed;
-# KILL_SEED=N replays the draws, not the timing): while requests are in flight
-# (half the kills), after a random delay from the last LIVE whether or not
-# I/O is in flight (a quarter), or in the middle of the next recovery (a
-# quarter): the server is killed as usual and, a random 0 to 150 ms after
-# `kublk recover` starts, every process of that recovery is killed too,
-# before, during or after START_USER_RECOVERY, its FETCHes and
-# END_USER_RECOVERY; the device must then be QUIESCED again (or LIVE, if the
-# recovery won the race, and then it is killed once more) and the next
-# `kublk recover` must bring it back. Each fio pass writes three regions: 4k and 8k-256k
-# random writes with crc32c checksums, and 4k-64k random writes of a pattern
-# unique to the pass (its number and the offset), so that a write lost
-# across a kill, which would leave an earlier pass's valid checksummed data
-# in place, fails the verify. Then the device is deleted (its nodes must go),
-# the last pass is verified again from the backing file, the module is
-# unloaded (nothing may hold it) and loaded again, and memory is compared
-# with the first round's, taken at the same point: after every later round
-# the kernel's unreclaimable slab memory may exceed it by at most SLAB_KIB
-# (the caches that grew most are printed when it does), the loaded modules
-# must be the same, and no ublk device, disk or char device may be left.
-# Every step is
-# bounded: a driver command, a wait for a state, a recovery, a fio pass, an
-# unload that takes too long fails the test. The harness fails it too on any
-# kernel splat.
+# through it again and again while another loop kills the server, waits for
+# QUIESCED, runs `kublk recover` and waits for LIVE, CYCLES times per round.
+# Where each kill lands is drawn from a seed (printed; KILL_SEED=N replays
+# the draws, not the timing): about three in four kills wait up to 2 s for
+# requests in flight (at least half of them must find some), the others come
+# at a random delay, I/O in flight or not; a third of the waiting ones are
+# followed by a kill of the next recovery: a random 0 to 150 ms after
+# `kublk recover` starts, every process of it is killed, before, during or
+# after START_USER_RECOVERY, its FETCHes and END_USER_RECOVERY; the device
+# must then be QUIESCED again and the next `kublk recover` must bring it
+# back. Each fio pass writes three regions: 4k and 8k-256k random writes
+# with crc32c checksums, and 4k-64k random writes of a pattern unique to the
+# pass (its number and the offset), so that a write lost across a kill,
+# which would leave an earlier pass's valid checksummed data in place, fails
+# the verify. Then the device is deleted (its nodes must go), the last pass
+# is verified again from the backing file, the module is unloaded (nothing
+# may hold it) and loaded again, and memory is compared with a baseline
+# taken before the first round, the module freshly loaded: the kernel's
+# unreclaimable slab memory may exceed it by at most SLAB_KIB (a failure
+# names the caches that grew most), the loaded modules and their reference
+# counts must be the same, and no ublk device, disk or char device may be
+# left. Every step is bounded: a driver command, a wait for a state, a
+# recovery, a fio pass, an unload that takes too long fails the test. The
+# harness fails it too on any kernel splat.
 #
 # It prints its numbers: kills (and how many found requests in flight),
 # recovery times (kill to LIVE), fio passes and what they verified, memory
@@ -52,10 +50,13 @@ UBLK_PROG=$SELFTESTS/kublk
 export UBLK_PROG
 TID=kill_recover
 
-ROUNDS=5
-CYCLES=10         # kills per round: 50 in all
-SLAB_KIB=1024     # growth of SUnreclaim allowed after any round from the first's
-# (it moves by up to 430 KiB between rounds here, leaking nothing)
+# A longer soak: KILL_ROUNDS and KILL_CYCLES (README.md, "A longer soak").
+ROUNDS=${KILL_ROUNDS:-5}
+CYCLES=${KILL_CYCLES:-10} # kills per round: 50 in all
+# Growth of SUnreclaim allowed after any round from the baseline (it moves
+# by up to 430 KiB between rounds here, leaking nothing; KILL_SLAB_KIB=-1
+# shows what a failure prints).
+SLAB_KIB=${KILL_SLAB_KIB:-1024}
 CMD_WAIT=30       # s for one kublk command (add, list, del)
 STATE_WAIT=20     # s for QUIESCED after a kill, and for LIVE after a recover
 RECOVER_WAIT=30   # s for `kublk recover` to return
@@ -63,6 +64,16 @@ FIO_WAIT=120      # s for one fio pass
 UNUSED_WAIT=10    # s for the module's users to go after its device
 TARGET=(-t loop -q 2 -d 64 -r 1 -i 1)
 SEED=${KILL_SEED:-$(($(date +%s%N) % 32768))}
+for v in "KILL_SEED=$SEED" "KILL_ROUNDS=$ROUNDS" "KILL_CYCLES=$CYCLES" "KILL_SLAB_KIB=$SLAB_KIB"; do
+	[[ "${v#*=}" =~ ^-?[0-9]+$ ]] || {
+		echo "${v%%=*} must be a number, not '${v#*=}'"
+		exit 1
+	}
+done
+[ "$ROUNDS" -ge 1 ] && [ "$CYCLES" -ge 1 ] || {
+	echo "KILL_ROUNDS ($ROUNDS) and KILL_CYCLES ($CYCLES) must be at least 1"
+	exit 1
+}
 RANDOM=$SEED
 
 _have_program fio || {
@@ -161,16 +172,18 @@ del_dev() {
 
 # recover <what>: `kublk recover`. The C driver shows QUIESCED a moment
 # before it lets START_USER_RECOVERY in (EBUSY while the old server's
-# /dev/ublkcN is still open), and kublk then only says that the command
-# failed: retried for up to 2 s while the device stays QUIESCED.
+# /dev/ublkcN is still open: its io_uring is torn down after its exit), and
+# kublk then only says that the command failed: retried for up to
+# STATE_WAIT s while the device stays QUIESCED.
 recover() {
-	local out rc i
-	for ((i = 0; i < 10; i++)); do
+	local out rc i deadline=$(($(now_ms) + STATE_WAIT * 1000))
+	for ((i = 0; ; i++)); do
 		out=$(timeout -k 5 "$RECOVER_WAIT" "$UBLK_PROG" recover -n "$dev_id" "${TARGET[@]}" "$back" 2>&1)
 		rc=$?
 		[ "$rc" -eq 124 ] && fail "$1: kublk recover did not return in ${RECOVER_WAIT}s"
 		[ "$rc" -eq 0 ] && return 0
 		[ "$(list_field 11)" = QUIESCED ] || break
+		[ "$(now_ms)" -gt "$deadline" ] && break
 		sleep 0.2
 	done
 	fail "$1: kublk recover failed (exit $rc, $i retries): $out"
@@ -179,19 +192,31 @@ recover() {
 # ms_sleep <ms>: sleep that many milliseconds (0 to 999).
 ms_sleep() { sleep "$(printf '0.%03d' "$1")"; }
 
-# kill_in_recovery <what>: the device is QUIESCED; start `kublk recover` and
-# kill -9 every process of it (the command, its detached server) a random 0
-# to 150 ms later (a recovery takes about that long under TCG). The device
-# must end up QUIESCED: at once if the kill came before END_USER_RECOVERY,
-# after its server's release if it came after. Counts in `early` the kills
-# that came while the command still ran.
+# kill_in_recovery <what>: the device is QUIESCED; start `kublk recover` and,
+# a random 0 to 150 ms after (a recovery takes about that long here), kill -9
+# every process of it: the command, its child and the detached server the
+# child forks, which a single pkill could miss (forked between its scan and
+# its kill), so until none is left. The device must then be QUIESCED: at
+# once if the kill came before END_USER_RECOVERY; if it came after, once
+# the dead server's io_uring is torn down. Counts in `early` the kills that
+# came while the command still ran (before, or just after, END).
 kill_in_recovery() {
-	local rpid delay=$((RANDOM % 151))
+	local rpid i delay=$((RANDOM % 151)) pat="^$UBLK_PROG recover -n $dev_id "
 	timeout -k 5 "$RECOVER_WAIT" "$UBLK_PROG" recover -n "$dev_id" "${TARGET[@]}" "$back" >/dev/null 2>&1 &
 	rpid=$!
 	ms_sleep "$delay"
+	# `timeout` may not have started kublk yet: wait for it (or for the end).
+	for ((i = 0; i < 50; i++)); do
+		pgrep -f "$pat" >/dev/null && break
+		kill -0 "$rpid" 2>/dev/null || break
+		sleep 0.01
+	done
 	kill -0 "$rpid" 2>/dev/null && early=$((early + 1))
-	pkill -9 -f "^$UBLK_PROG recover -n $dev_id " 2>/dev/null
+	for ((i = 0; i < 100; i++)); do
+		pkill -9 -f "$pat" || break
+		sleep 0.01
+	done
+	pgrep -f "$pat" >/dev/null && fail "$1: kublk recover's processes still there after 100 rounds of kill -9"
 	wait "$rpid" 2>/dev/null
 	wait_state QUIESCED "$1, after killing its recovery ${delay} ms in"
 }
@@ -291,17 +316,33 @@ slab_growth() {
 		"$1" "$2" | sort -t+ -k2 -rn | head -n 5 | tr '\n' ' '
 }
 
-# leftovers: ublk devices, disks and char devices that should be gone.
+# leftovers: ublk devices, disks and char devices that should be gone (the
+# C driver's char devices are in class ublk-char, the Rust driver's are misc
+# devices).
 leftovers() {
-	ls -d /sys/class/ublk-char/* /sys/block/ublkb* /dev/ublkc* /dev/ublkb* 2>/dev/null | tr '\n' ' '
+	ls -d /sys/class/ublk-char/* /sys/class/misc/ublkc* /sys/block/ublkb* \
+		/dev/ublkc* /dev/ublkb* 2>/dev/null | tr '\n' ' '
 }
 
-# KASAN keeps freed objects in quarantine (tens of MiB): no baseline then.
-kasan=
-dmesg | grep -q "KernelAddressSanitizer initialized" && kasan=1
-echo "kill points drawn from seed $SEED (KILL_SEED=$SEED replays the draws)"
+# memory_sample <n>: what must come back after each round: unreclaimable
+# slab (appended to `slabs`; /proc/slabinfo kept as slabinfo.<n>) and the
+# loaded modules with their reference counts (in `mods`); no ublk device may
+# be left.
+memory_sample() {
+	local left
+	left=$(leftovers)
+	[ -z "$left" ] || fail "round $1: left after deleting the device and reloading $MOD: $left"
+	slabs+=("$(slab_kib "$UBLK_TEST_DIR/slabinfo.$1")")
+	mods=$(awk '{ print $1 "/" $3 }' /proc/modules | sort | tr '\n' ' ')
+}
+
 min=999999 max=0 sum=0 kills=0 busy=0 runs=0 slabs=() timed=0
-in_flight=0 delayed=0 in_recovery=0 early=0 waited_busy=0
+waited=0 delayed=0 in_recovery=0 early=0 waited_busy=0
+# The baseline: the module freshly loaded, before the first device.
+reload_module 0
+memory_sample 0
+mods0=$mods
+echo "baseline: SUnreclaim ${slabs[0]} KiB; modules (name/references): $mods0"
 for ((r = 1; r <= ROUNDS; r++)); do
 	rm -f "$STOP"
 	: >"$STATS"
@@ -324,6 +365,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
 		else
 			# While the server has requests: wait up to 2 s for some,
 			# then up to 20 ms more.
+			waited=$((waited + 1))
 			for ((i = 0; i < 20; i++)); do
 				read -r rd wr <"/sys/block/ublkb$dev_id/inflight"
 				[ $((rd + wr)) -gt 0 ] && break
@@ -343,8 +385,6 @@ for ((r = 1; r <= ROUNDS; r++)); do
 		if [ "$point" = 3 ]; then
 			in_recovery=$((in_recovery + 1))
 			kill_in_recovery "$what"
-		else
-			[ "$point" = 2 ] || in_flight=$((in_flight + 1))
 		fi
 		recover "$what"
 		wait_state LIVE "$what, after kublk recover"
@@ -377,24 +417,19 @@ for ((r = 1; r <= ROUNDS; r++)); do
 	}
 
 	reload_module "$r"
-	left=$(leftovers)
-	[ -z "$left" ] || fail "round $r: left after deleting the device and reloading $MOD: $left"
-	slabs+=("$(slab_kib "$UBLK_TEST_DIR/slabinfo.$r")")
-	mods=$(awk '{ print $1 }' /proc/modules | sort | tr '\n' ' ')
+	memory_sample "$r"
 	echo "round $r: $CYCLES kills, $n fio passes, SUnreclaim ${slabs[-1]} KiB after the reload"
-	[ "$r" = 1 ] && mods1=$mods && continue
-	[ "$mods" = "$mods1" ] || fail "round $r: modules loaded now: $mods; after round 1: $mods1"
+	[ "$mods" = "$mods0" ] || fail "round $r: modules (name/references) now: $mods; before round 1: $mods0"
 	growth=$((slabs[-1] - slabs[0]))
 	[ -n "$kasan" ] || [ "$growth" -le "$SLAB_KIB" ] ||
-		fail "round $r: unreclaimable slab memory $growth KiB above round 1's (more than $SLAB_KIB); grew most: $(slab_growth "$UBLK_TEST_DIR/slabinfo.1" "$UBLK_TEST_DIR/slabinfo.$r")"
+		fail "round $r: unreclaimable slab memory $growth KiB above the baseline (more than $SLAB_KIB); grew most: $(slab_growth "$UBLK_TEST_DIR/slabinfo.0" "$UBLK_TEST_DIR/slabinfo.$r")"
 done
 
-echo "kill_recover: $kills kills in $ROUNDS rounds from seed $SEED: $in_flight after requests reached the server, $delayed at a random delay, $in_recovery followed by a kill of the next recovery ($early of those while \`kublk recover\` still ran); $busy found requests in flight ($waited_busy of the $((kills - delayed)) that waited for some)"
+echo "kill_recover: $kills kills in $ROUNDS rounds from seed $SEED: $waited after waiting for requests in flight ($in_recovery of them followed by a kill of the next recovery, $early of those while \`kublk recover\` still ran), $delayed at a random delay; $busy found requests in flight ($waited_busy of the $waited that waited for some)"
 echo "kill_recover: kill -9 to LIVE ($timed kills not followed by a second): min ${min} ms, mean $((sum / (timed ? timed : 1))) ms, max ${max} ms"
 echo "kill_recover: $runs fio passes completed, $((runs * 24)) MiB written and verified (crc32c, and a pattern unique to each pass), 0 errors; each round's last pass verified again from the backing file"
-echo "kill_recover: $MOD unloaded and loaded $ROUNDS times, the same modules loaded after each round, no ublk device left; SUnreclaim after each round: ${slabs[*]} KiB (at most $SLAB_KIB above round 1's)"
+echo "kill_recover: $MOD unloaded and loaded $((ROUNDS + 1)) times, the same modules and references after each round as before the first, no ublk device left; SUnreclaim before round 1 and after each round: ${slabs[*]} KiB (at most $SLAB_KIB above the first)"
 [ -n "$kasan" ] && echo "kill_recover: KASAN kernel: slab growth reported, not judged (its quarantine holds freed objects)"
-waited=$((kills - delayed))
 [ "$waited_busy" -ge $((waited / 2)) ] || fail "only $waited_busy of the $waited kills that waited for requests in flight found some: the test did not test recovery under I/O"
 
 finished=1
