@@ -15,9 +15,10 @@
 # the draws, not the timing): about three in four kills wait up to 2 s for
 # requests in flight (at least half of them must find some), the others come
 # at a random delay, I/O in flight or not; a third of the waiting ones are
-# followed by a kill of the next recovery: a random 0 to 150 ms after
-# `kublk recover` starts, every process of it is killed, before, during or
-# after START_USER_RECOVERY, its FETCHes and END_USER_RECOVERY; the device
+# followed by a kill of the next recovery: a random time within the last
+# recovery's duration after `kublk recover` starts, every process of it is
+# killed, before, during or after START_USER_RECOVERY, its FETCHes and
+# END_USER_RECOVERY (or after the command returned); the device
 # must then be QUIESCED again and the next `kublk recover` must bring it
 # back. Each fio pass writes three regions: 4k and 8k-256k random writes
 # with crc32c checksums, and 4k-64k random writes of a pattern unique to the
@@ -26,9 +27,11 @@
 # the verify. Then the device is deleted (its nodes must go), the last pass
 # is verified again from the backing file, the module is unloaded (nothing
 # may hold it) and loaded again, and memory is compared with a baseline
-# taken before the first round, the module freshly loaded: the kernel's
-# unreclaimable slab memory may exceed it by at most SLAB_KIB (a failure
-# names the caches that grew most), the loaded modules and their reference
+# taken before the first round (after a warm-up device was added, written
+# and deleted, the module loaded afresh): the kernel's unreclaimable slab
+# memory may exceed it by at most SLAB_KIB (a failure names the caches that
+# grew most; reported, not judged, on a KASAN kernel), the loaded modules
+# and their reference
 # counts must be the same, and no ublk device, disk or char device may be
 # left. Every step is bounded: a driver command, a wait for a state, a
 # recovery, a fio pass, an unload that takes too long fails the test. The
@@ -65,7 +68,7 @@ UNUSED_WAIT=10    # s for the module's users to go after its device
 TARGET=(-t loop -q 2 -d 64 -r 1 -i 1)
 SEED=${KILL_SEED:-$(($(date +%s%N) % 32768))}
 for v in "KILL_SEED=$SEED" "KILL_ROUNDS=$ROUNDS" "KILL_CYCLES=$CYCLES" "KILL_SLAB_KIB=$SLAB_KIB"; do
-	[[ "${v#*=}" =~ ^-?[0-9]+$ ]] || {
+	[[ "${v#*=}" =~ ^(0|-?[1-9][0-9]*)$ ]] || {
 		echo "${v%%=*} must be a number, not '${v#*=}'"
 		exit 1
 	}
@@ -92,6 +95,17 @@ MOD=$(awk '$1 == "ublk_drv" || $1 == "rust_ublk" { print $1 }' /proc/modules)
 	echo "no ublk driver module loaded (built in?): cannot reload it"
 	exit "$UBLK_SKIP_CODE"
 }
+[[ "$MOD" =~ ^[a-z_]+$ ]] || {
+	echo "FAIL: both ublk drivers are loaded ($(echo $MOD)): which one is under test?"
+	exit 1
+}
+# KASAN keeps freed objects in quarantine (tens of MiB): slab is reported,
+# not judged, there.
+kasan=
+if grep -q ' kasan_report$' /proc/kallsyms 2>/dev/null ||
+	dmesg | grep -q "KernelAddressSanitizer initialized"; then
+	kasan=1
+fi
 
 _prep_test "recover" "kill -9 of the server in a loop under fio verify ($ROUNDS rounds of $CYCLES)"
 _create_backfile 0 64M
@@ -111,22 +125,30 @@ fail() {
 
 # On any exit before the end: delete the device (which fails the I/O that
 # waits for a server), stop fio, and leave the module loaded for the tests
-# that come after.
+# that come after; within the 15 s that the harness gives a test between
+# its SIGTERM and SIGKILL.
 finished=
 cleanup() {
 	[ -n "$finished" ] && return
 	touch "$ABORT" "$STOP"
-	[ -n "$dev_id" ] && timeout -k 5 "$CMD_WAIT" "$UBLK_PROG" del -n "$dev_id" >/dev/null 2>&1
-	[ -n "$fio_pid" ] && wait_fio 0
-	grep -q "^$MOD " /proc/modules || modprobe "$MOD"
+	[ -n "$dev_id" ] && timeout -k 1 5 "$UBLK_PROG" del -n "$dev_id" >/dev/null 2>&1
+	if [ -n "$fio_pid" ]; then
+		pkill -9 -P "$fio_pid" 2>/dev/null
+		kill -9 "$fio_pid" 2>/dev/null
+		wait "$fio_pid" 2>/dev/null
+	fi
+	grep -q "^$MOD " /proc/modules || timeout -k 1 5 modprobe "$MOD"
 	rm -f "$ABORT" "$STOP" "$STATS" "$FIOLOG" "$UBLK_TEST_DIR"/slabinfo.*
 	_remove_files
 	rmdir "$UBLK_TEST_DIR" 2>/dev/null
 }
 trap cleanup EXIT
 
-# now_ms: monotonic enough for seconds-long steps.
-now_ms() { date +%s%3N; }
+# now_ms: sets NOW to the time in ms (no fork: bash's clock).
+now_ms() {
+	local t=${EPOCHREALTIME/./}
+	NOW=$((10#$t / 1000))
+}
 
 # list_field <awk field>: a field of `kublk list -n $dev_id`'s device line.
 list_field() {
@@ -136,11 +158,14 @@ list_field() {
 
 # wait_state <state> <what>: the device must reach it within STATE_WAIT s.
 wait_state() {
-	local state deadline=$(($(now_ms) + STATE_WAIT * 1000))
+	local state deadline
+	now_ms
+	deadline=$((NOW + STATE_WAIT * 1000))
 	while :; do
 		state=$(list_field 11)
 		[ "$state" = "$1" ] && return 0
-		[ "$(now_ms)" -gt "$deadline" ] && fail "$2: state '$state', not $1 after ${STATE_WAIT}s"
+		now_ms
+		[ "$NOW" -gt "$deadline" ] && fail "$2: state '$state', not $1 after ${STATE_WAIT}s"
 		sleep 0.1
 	done
 }
@@ -176,42 +201,71 @@ del_dev() {
 # kublk then only says that the command failed: retried for up to
 # STATE_WAIT s while the device stays QUIESCED.
 recover() {
-	local out rc i deadline=$(($(now_ms) + STATE_WAIT * 1000))
+	local out rc i deadline t
+	now_ms
+	deadline=$((NOW + STATE_WAIT * 1000))
 	for ((i = 0; ; i++)); do
+		now_ms
+		t=$NOW
 		out=$(timeout -k 5 "$RECOVER_WAIT" "$UBLK_PROG" recover -n "$dev_id" "${TARGET[@]}" "$back" 2>&1)
 		rc=$?
-		[ "$rc" -eq 124 ] && fail "$1: kublk recover did not return in ${RECOVER_WAIT}s"
-		[ "$rc" -eq 0 ] && return 0
+		[ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && fail "$1: kublk recover did not return in ${RECOVER_WAIT}s"
+		now_ms
+		if [ "$rc" -eq 0 ]; then
+			recover_ms=$((NOW - t))
+			return 0
+		fi
 		[ "$(list_field 11)" = QUIESCED ] || break
-		[ "$(now_ms)" -gt "$deadline" ] && break
+		[ "$NOW" -gt "$deadline" ] && break
 		sleep 0.2
 	done
 	fail "$1: kublk recover failed (exit $rc, $i retries): $out"
 }
 
-# ms_sleep <ms>: sleep that many milliseconds (0 to 999).
-ms_sleep() { sleep "$(printf '0.%03d' "$1")"; }
+# ms_sleep <ms>: sleep that many milliseconds.
+ms_sleep() { sleep "$(printf '%d.%03d' $(($1 / 1000)) $(($1 % 1000)))"; }
 
 # kill_in_recovery <what>: the device is QUIESCED; start `kublk recover` and,
-# a random 0 to 150 ms after (a recovery takes about that long here), kill -9
-# every process of it: the command, its child and the detached server the
-# child forks, which a single pkill could miss (forked between its scan and
-# its kill), so until none is left. The device must then be QUIESCED: at
-# once if the kill came before END_USER_RECOVERY; if it came after, once
-# the dead server's io_uring is torn down. Counts in `early` the kills that
-# came while the command still ran (before, or just after, END).
+# a random time within the last recovery's duration after (recover_ms: about
+# 150 ms under TCG, several times that on a KASAN kernel), kill -9 every
+# process of it: the command, its child and the detached server the child
+# forks, which a single pkill could miss (forked between its scan and its
+# kill), so until none is left. The device must then be QUIESCED: at once
+# if the kill came before END_USER_RECOVERY; if it came after, once the dead
+# server's io_uring is torn down. A recovery that failed by itself before
+# the kill (the C driver's EBUSY while the old server's files close) is
+# started again. Counts in `early` the kills that came while the command
+# still ran (before, or just after, END), in `late` those that came after it
+# returned (the new server killed).
 kill_in_recovery() {
-	local rpid i delay=$((RANDOM % 151)) pat="^$UBLK_PROG recover -n $dev_id "
-	timeout -k 5 "$RECOVER_WAIT" "$UBLK_PROG" recover -n "$dev_id" "${TARGET[@]}" "$back" >/dev/null 2>&1 &
-	rpid=$!
-	ms_sleep "$delay"
-	# `timeout` may not have started kublk yet: wait for it (or for the end).
-	for ((i = 0; i < 50; i++)); do
-		pgrep -f "$pat" >/dev/null && break
-		kill -0 "$rpid" 2>/dev/null || break
-		sleep 0.01
+	local rpid i rc deadline delay=$((RANDOM % (recover_ms + 1)))
+	local pat="^$UBLK_PROG recover -n $dev_id "
+	now_ms
+	deadline=$((NOW + STATE_WAIT * 1000))
+	while :; do
+		timeout -k 5 "$RECOVER_WAIT" "$UBLK_PROG" recover -n "$dev_id" "${TARGET[@]}" "$back" >/dev/null 2>&1 &
+		rpid=$!
+		ms_sleep "$delay"
+		# `timeout` may not have started kublk yet: wait for it (or the end).
+		for ((i = 0; i < 50; i++)); do
+			pgrep -f "$pat" >/dev/null && break
+			kill -0 "$rpid" 2>/dev/null || break
+			sleep 0.01
+		done
+		if kill -0 "$rpid" 2>/dev/null; then
+			early=$((early + 1))
+			break
+		fi
+		wait "$rpid"
+		rc=$?
+		if [ "$rc" -eq 0 ]; then
+			late=$((late + 1))
+			break
+		fi
+		now_ms
+		[ "$NOW" -gt "$deadline" ] && fail "$1: kublk recover kept failing by itself (exit $rc) for ${STATE_WAIT}s"
+		sleep 0.1
 	done
-	kill -0 "$rpid" 2>/dev/null && early=$((early + 1))
 	for ((i = 0; i < 100; i++)); do
 		pkill -9 -f "$pat" || break
 		sleep 0.01
@@ -287,7 +341,7 @@ reload_module() {
 	[ "$refcnt" = 0 ] || fail "round $1: $MOD still in use (refcnt $refcnt) ${UNUSED_WAIT}s after its device was deleted"
 	timeout -k 5 "$CMD_WAIT" modprobe -r "$MOD" || fail "round $1: modprobe -r $MOD failed"
 	grep -q "^$MOD " /proc/modules && fail "round $1: $MOD still listed after modprobe -r"
-	modprobe "$MOD" || fail "round $1: modprobe $MOD failed"
+	timeout -k 5 "$CMD_WAIT" modprobe "$MOD" || fail "round $1: modprobe $MOD failed or did not return in ${CMD_WAIT}s"
 	for ((i = 0; i < 50; i++)); do
 		[ -c /dev/ublk-control ] && return 0
 		sleep 0.1
@@ -337,8 +391,17 @@ memory_sample() {
 }
 
 min=999999 max=0 sum=0 kills=0 busy=0 runs=0 slabs=() timed=0
-waited=0 delayed=0 in_recovery=0 early=0 waited_busy=0
-# The baseline: the module freshly loaded, before the first device.
+waited=0 delayed=0 in_recovery=0 early=0 late=0 waited_busy=0 recover_ms=150
+# The baseline: after one device has been added, written through and
+# deleted (the kernel's first-use allocations are made then, not leaked
+# later), the module loaded afresh.
+add_dev
+timeout -k 10 "$FIO_WAIT" fio --ioengine=io_uring --direct=1 --iodepth=16 --allow_file_create=0 \
+	--filename="$dev" --name=warmup --rw=randwrite --bs=4k --size=4M >"$FIOLOG" 2>&1 || {
+	cat "$FIOLOG"
+	fail "warm-up: fio on a new device failed"
+}
+del_dev "warm-up"
 reload_module 0
 memory_sample 0
 mods0=$mods
@@ -378,8 +441,9 @@ for ((r = 1; r <= ROUNDS; r++)); do
 			busy=$((busy + 1))
 			[ "$point" = 2 ] || waited_busy=$((waited_busy + 1))
 		fi
-		t0=$(now_ms)
 		kill -9 "$pid"
+		now_ms
+		t0=$NOW
 		kills=$((kills + 1))
 		wait_state QUIESCED "$what, after kill -9 $pid"
 		if [ "$point" = 3 ]; then
@@ -389,7 +453,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
 		recover "$what"
 		wait_state LIVE "$what, after kublk recover"
 		[ "$point" = 3 ] && continue
-		ms=$(($(now_ms) - t0))
+		now_ms
+		ms=$((NOW - t0))
 		sum=$((sum + ms))
 		timed=$((timed + 1))
 		[ "$ms" -lt "$min" ] && min=$ms
@@ -425,10 +490,10 @@ for ((r = 1; r <= ROUNDS; r++)); do
 		fail "round $r: unreclaimable slab memory $growth KiB above the baseline (more than $SLAB_KIB); grew most: $(slab_growth "$UBLK_TEST_DIR/slabinfo.0" "$UBLK_TEST_DIR/slabinfo.$r")"
 done
 
-echo "kill_recover: $kills kills in $ROUNDS rounds from seed $SEED: $waited after waiting for requests in flight ($in_recovery of them followed by a kill of the next recovery, $early of those while \`kublk recover\` still ran), $delayed at a random delay; $busy found requests in flight ($waited_busy of the $waited that waited for some)"
+echo "kill_recover: $kills kills in $ROUNDS rounds from seed $SEED: $waited after waiting for requests in flight ($in_recovery of them followed by a kill of the next recovery: $early while \`kublk recover\` still ran, $late after it returned), $delayed at a random delay; $busy found requests in flight ($waited_busy of the $waited that waited for some)"
 echo "kill_recover: kill -9 to LIVE ($timed kills not followed by a second): min ${min} ms, mean $((sum / (timed ? timed : 1))) ms, max ${max} ms"
 echo "kill_recover: $runs fio passes completed, $((runs * 24)) MiB written and verified (crc32c, and a pattern unique to each pass), 0 errors; each round's last pass verified again from the backing file"
-echo "kill_recover: $MOD unloaded and loaded $((ROUNDS + 1)) times, the same modules and references after each round as before the first, no ublk device left; SUnreclaim before round 1 and after each round: ${slabs[*]} KiB (at most $SLAB_KIB above the first)"
+echo "kill_recover: $MOD unloaded and loaded $((ROUNDS + 1)) times, the same modules and references after each round as before the first, no ublk device left; SUnreclaim before round 1 and after each round: ${slabs[*]} KiB ($([ -n "$kasan" ] && echo "not judged on KASAN" || echo "at most $SLAB_KIB above the first"))"
 [ -n "$kasan" ] && echo "kill_recover: KASAN kernel: slab growth reported, not judged (its quarantine holds freed objects)"
 [ "$waited_busy" -ge $((waited / 2)) ] || fail "only $waited_busy of the $waited kills that waited for requests in flight found some: the test did not test recovery under I/O"
 
