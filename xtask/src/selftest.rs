@@ -391,6 +391,13 @@ pub fn run(opts: &SelftestOpts) -> Result<bool> {
         bail!("--save-baseline records the default kernel's baseline (what CI runs), not --config debug's");
     }
     let tiering = Tiering::decide(opts, &layout, &all, &ours)?;
+    // What our tests are now, before the guest runs them: a test edited
+    // during the run must not be recorded as passed by the C driver.
+    let ours_at_start = if opts.save_baseline {
+        Some(tier::ours_hashes(&ours_dirs(&layout))?)
+    } else {
+        None
+    };
     if opts.list {
         for t in &selected {
             let sharing = match crate::sharing::reason(t) {
@@ -627,7 +634,7 @@ pub fn run(opts: &SelftestOpts) -> Result<bool> {
                 &layout.baseline_times(),
                 &recorded,
                 tiering.stamp.as_deref(),
-                &ours_dirs(&layout),
+                ours_at_start.as_deref().unwrap_or_default(),
             )?;
         } else {
             println!("# --save-baseline: nothing recorded, the run did not pass");

@@ -229,10 +229,6 @@ fn add(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
     info.v.queue_depth = rng.pick(&[1, 1, 2, 4, 0, 4097]);
     info.v.max_io_buf_bytes = rng.pick(&[MAX_IO_BUF_BYTES, MAX_IO_BUF_BYTES, 4096, 0, 1 << 30]);
     info.v.dev_id = rng.pick(&[ANY_ID, ANY_ID, ANY_ID, 0, 3, ABSENT_ID, 1 << 20]);
-    // A known difference (diff::KNOWN) that would end most rounds early.
-    if flags & UBLK_F_BATCH_IO != 0 && info.v.queue_depth == 1 {
-        info.v.queue_depth = 2;
-    }
     info.v.flags = flags;
     info.v.io_desc_size = rng.pick(&[0, 24, 64, 256, 20, 260]);
     let mut h = hdr(info.v.dev_id);
@@ -431,9 +427,9 @@ fn set_params(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
         );
     }
     if rng.chance(10) {
-        // Not a length that ends inside the parameters: the C driver then
-        // validates them with an earlier call's (diff::KNOWN).
-        p.v.len = rng.pick(&[0, std::mem::size_of::<UblkParams>() as u32 + 8]);
+        // The header alone, a length that ends inside the basic parameters
+        // or after them, none, more than there are.
+        p.v.len = rng.pick(&[0, 8, 24, 40, std::mem::size_of::<UblkParams>() as u32 + 8]);
         desc += &format!(" plen={}", p.v.len);
     }
     let mut h = hdr(id);

@@ -15,8 +15,8 @@
 # the draws, not the timing): about three in four kills wait up to 2 s for
 # requests in flight (at least half of them must find some), the others come
 # at a random delay, I/O in flight or not; a third of the waiting ones are
-# followed by a kill of the next recovery: a random time within the last
-# recovery's duration after `kublk recover` starts, every process of it is
+# followed by a kill of the next recovery: a random 0 to 150 ms after
+# `kublk recover` starts, every process of it is
 # killed, before, during or after START_USER_RECOVERY, its FETCHes and
 # END_USER_RECOVERY (or after the command returned); the device
 # must then be QUIESCED again and the next `kublk recover` must bring it
@@ -201,21 +201,16 @@ del_dev() {
 # kublk then only says that the command failed: retried for up to
 # STATE_WAIT s while the device stays QUIESCED.
 recover() {
-	local out rc i deadline t
+	local out rc i deadline
 	now_ms
 	deadline=$((NOW + STATE_WAIT * 1000))
 	for ((i = 0; ; i++)); do
-		now_ms
-		t=$NOW
 		out=$(timeout -k 5 "$RECOVER_WAIT" "$UBLK_PROG" recover -n "$dev_id" "${TARGET[@]}" "$back" 2>&1)
 		rc=$?
 		[ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && fail "$1: kublk recover did not return in ${RECOVER_WAIT}s"
-		now_ms
-		if [ "$rc" -eq 0 ]; then
-			recover_ms=$((NOW - t))
-			return 0
-		fi
+		[ "$rc" -eq 0 ] && return 0
 		[ "$(list_field 11)" = QUIESCED ] || break
+		now_ms
 		[ "$NOW" -gt "$deadline" ] && break
 		sleep 0.2
 	done
@@ -226,19 +221,18 @@ recover() {
 ms_sleep() { sleep "$(printf '%d.%03d' $(($1 / 1000)) $(($1 % 1000)))"; }
 
 # kill_in_recovery <what>: the device is QUIESCED; start `kublk recover` and,
-# a random time within the last recovery's duration after (recover_ms: about
-# 150 ms under TCG, several times that on a KASAN kernel), kill -9 every
-# process of it: the command, its child and the detached server the child
-# forks, which a single pkill could miss (forked between its scan and its
-# kill), so until none is left. The device must then be QUIESCED: at once
-# if the kill came before END_USER_RECOVERY; if it came after, once the dead
-# server's io_uring is torn down. A recovery that failed by itself before
-# the kill (the C driver's EBUSY while the old server's files close) is
-# started again. Counts in `early` the kills that came while the command
-# still ran (before, or just after, END), in `late` those that came after it
-# returned (the new server killed).
+# a random 0 to 150 ms after, kill -9 every process of it: the command, its
+# child and the detached server the child forks, which a single pkill could
+# miss (forked between its scan and its kill), so until none is left. The
+# device must then be QUIESCED: at once if the kill came before
+# END_USER_RECOVERY; if it came after, once the dead server's io_uring is
+# torn down. A recovery that failed by itself before the kill (the C
+# driver's EBUSY while the old server's files close) is started again.
+# Counts in `early` the kills that came while the command still ran (before,
+# or just after, END), in `late` those that came after it returned (the new
+# server killed); prints each.
 kill_in_recovery() {
-	local rpid i rc deadline delay=$((RANDOM % (recover_ms + 1)))
+	local rpid i n rc deadline delay=$((RANDOM % 151)) when
 	local pat="^$UBLK_PROG recover -n $dev_id "
 	now_ms
 	deadline=$((NOW + STATE_WAIT * 1000))
@@ -246,33 +240,35 @@ kill_in_recovery() {
 		timeout -k 5 "$RECOVER_WAIT" "$UBLK_PROG" recover -n "$dev_id" "${TARGET[@]}" "$back" >/dev/null 2>&1 &
 		rpid=$!
 		ms_sleep "$delay"
-		# `timeout` may not have started kublk yet: wait for it (or the end).
-		for ((i = 0; i < 50; i++)); do
-			pgrep -f "$pat" >/dev/null && break
-			kill -0 "$rpid" 2>/dev/null || break
-			sleep 0.01
-		done
 		if kill -0 "$rpid" 2>/dev/null; then
+			# The `timeout` first: it starts nothing more.
+			kill -9 "$rpid"
 			early=$((early + 1))
+			when="while kublk recover ran"
 			break
 		fi
 		wait "$rpid"
 		rc=$?
 		if [ "$rc" -eq 0 ]; then
 			late=$((late + 1))
+			when="after kublk recover returned"
 			break
 		fi
 		now_ms
 		[ "$NOW" -gt "$deadline" ] && fail "$1: kublk recover kept failing by itself (exit $rc) for ${STATE_WAIT}s"
 		sleep 0.1
 	done
-	for ((i = 0; i < 100; i++)); do
-		pkill -9 -f "$pat" || break
+	# Every kublk of this recovery, until none has been seen three times
+	# in a row (one may be forked, or exec'd by the killed `timeout`'s
+	# child, in between).
+	for ((i = 0, n = 0; n < 3; i++)); do
+		[ "$i" -lt 200 ] || fail "$1: kublk recover's processes still there after 200 rounds of kill -9"
+		if pkill -9 -f "$pat"; then n=0; else n=$((n + 1)); fi
 		sleep 0.01
 	done
-	pgrep -f "$pat" >/dev/null && fail "$1: kublk recover's processes still there after 100 rounds of kill -9"
 	wait "$rpid" 2>/dev/null
 	wait_state QUIESCED "$1, after killing its recovery ${delay} ms in"
+	echo "$1: the next recovery killed ${delay} ms after its start, $when"
 }
 
 # The pass number, unique over the rounds, is in its seed and its pattern.
@@ -391,7 +387,7 @@ memory_sample() {
 }
 
 min=999999 max=0 sum=0 kills=0 busy=0 runs=0 slabs=() timed=0
-waited=0 delayed=0 in_recovery=0 early=0 late=0 waited_busy=0 recover_ms=150
+waited=0 delayed=0 in_recovery=0 early=0 late=0 waited_busy=0
 # The baseline: after one device has been added, written through and
 # deleted (the kernel's first-use allocations are made then, not leaked
 # later), the module loaded afresh.
