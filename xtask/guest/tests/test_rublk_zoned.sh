@@ -19,7 +19,7 @@
 #   is not compared: against both drivers, btrfs maps some blocks appended
 #   out of the file's order to their neighbour's place; not understood yet).
 # - A report that takes several requests (a 4 KiB largest request): every
-#   zone at its index (the C driver gets this wrong: reported as its bug).
+#   zone at its index.
 
 # shellcheck source-path=SCRIPTDIR source=rublk_lib.sh
 . "$(dirname "$0")/rublk_lib.sh"
@@ -195,9 +195,9 @@ rublk_del "$id"
 
 # A report that takes several requests: 256 zones of 1 MiB on a device whose
 # largest request is 4 KiB, 64 zones. Each zone must be at its place in the
-# report: the C driver (7.3.4) passes each zone on with its index in the
-# request that carried it, so that the ioctl's array gets zones 192-255 at
-# 0-63 and nothing after them (a known C driver bug, reported as such).
+# report: the C driver of 7.3.4 passed each zone on with its index in the
+# request that carried it, so that the ioctl's array got zones 192-255 at
+# 0-63 and nothing after them (fixed by patches/09, patch 1).
 id=$(rublk_add zoned --size 256MiB --zone-size 1MiB --conv-zones 2 -b 4KiB -q 1 -d 4) || exit 1
 wait_bdev "$id"
 name=ublkb$id
@@ -216,15 +216,8 @@ while read -r _ start _; do
 	i=$((i + 1))
 done <<<"$report"
 [ -z "$wrong" ] && [ "$i" -ne 256 ] && wrong="$i zones reported, not 256"
-if [ -n "$wrong" ]; then
-	if [ -d /sys/module/ublk_drv ]; then
-		echo "known C driver bug: a report of several requests: $wrong"
-	else
-		die "a report of several requests: $wrong"
-	fi
-else
-	echo "ok: a report of 256 zones in 4 requests, each zone in its place"
-fi
+[ -z "$wrong" ] || die "a report of several requests: $wrong"
+echo "ok: a report of 256 zones in 4 requests, each zone in its place"
 
 rublk_del "$id"
 echo "ok: rublk zoned: report, management, zbd writes, zone append, long report"

@@ -15,7 +15,7 @@ pub mod job;
 mod process;
 
 pub use accel::Accel;
-pub use process::{run_watched, Ending, Limits, Outcome};
+pub use process::{die_with_parent, run_watched, Ending, Limits, Outcome};
 
 use anyhow::Result;
 use std::path::{Path, PathBuf};
@@ -37,6 +37,7 @@ pub const MEMORY_MB: u32 = 3072;
 impl Guest<'_> {
     pub fn command(&self) -> Command {
         let mut c = Command::new("qemu-system-x86_64");
+        die_with_parent(&mut c);
         c.args([
             "-nodefaults",
             "-no-user-config",

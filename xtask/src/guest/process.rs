@@ -5,6 +5,7 @@
 
 use anyhow::{Context, Result};
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -33,6 +34,32 @@ pub struct Outcome {
     pub elapsed: Duration,
     /// Last progress marker seen (`xtask: start N name`).
     pub last_started: Option<String>,
+}
+
+/// Has the child of `cmd` killed (SIGKILL) when the thread that spawns it
+/// ends, so that a harness that is itself killed (Ctrl-C reaches QEMU too,
+/// but `kill`, `timeout` or a CI job's end do not) leaves no QEMU running,
+/// holding its job directory and a CPU. Linux sends the signal when the
+/// spawning *thread* exits: spawn from a thread that outlives the child, as
+/// `run_watched` and `Command::status` do.
+pub fn die_with_parent(cmd: &mut Command) -> &mut Command {
+    // CAST: a Linux pid fits in pid_t.
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs in the child between fork and exec, so it
+    // must be async-signal-safe: it allocates nothing and calls only
+    // prctl(2), getppid(2) and _exit(2).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent died before the prctl: no signal will come.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        })
+    }
 }
 
 fn is_progress(line: &str) -> Option<Option<String>> {
@@ -141,6 +168,32 @@ mod tests {
         let mut c = Command::new("sh");
         c.args(["-c", script]);
         c
+    }
+
+    #[test]
+    fn child_is_killed_when_its_spawning_thread_ends() {
+        use std::os::unix::process::ExitStatusExt;
+        let mut child = std::thread::spawn(|| {
+            let mut c = Command::new("sleep");
+            c.arg("30");
+            die_with_parent(&mut c);
+            c.spawn().unwrap()
+        })
+        .join()
+        .unwrap();
+        let t = Instant::now();
+        let st = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st;
+            }
+            if t.elapsed() > Duration::from_secs(5) {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the child outlived the thread that spawned it");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(st.signal(), Some(libc::SIGKILL), "{st:?}");
     }
 
     #[test]
