@@ -73,11 +73,11 @@ pub(crate) fn to_server(op: ReqOp) -> bool {
 /// zones from `sector` on, in as many requests as the queue's largest request needs, and passes
 /// them on.
 ///
-/// Unlike the C driver, which gives each zone its index in the request that carried it, each
-/// zone gets its index in the whole report ([`ZoneReport::report`]), as the callers of the block
-/// layer expect; and a server that ends a request's zones early (a zone of length 0) ends the
-/// report there, where the C driver asks again from the sector after the last zone it got (for
-/// ever, if that was none).
+/// Each zone gets its index in the whole report ([`ZoneReport::report`]), as the callers of the
+/// block layer expect. A server may answer a request with fewer zones than asked (a zone of length
+/// 0 ends its answer): the next request asks from the zone after the last one it gave; an answer
+/// without any zone ends the report. (`ublk_drv.c` of 7.3.4 gave each zone its index in its
+/// request, and sent the same request again for ever after an answer without any zone.)
 ///
 /// [`ZoneReport::report`]: kernel::block::mq::zoned::ZoneReport::report
 #[cfg(CONFIG_BLK_DEV_ZONED)]
@@ -143,7 +143,7 @@ pub(crate) fn report(
             got += 1;
             sector += u64::from(zone_sectors);
         }
-        if got < asked {
+        if got == 0 {
             break;
         }
     }

@@ -19,7 +19,7 @@
 #   is not compared: against both drivers, btrfs maps some blocks appended
 #   out of the file's order to their neighbour's place; not understood yet).
 # - A report that takes several requests (a 4 KiB largest request): every
-#   zone at its index.
+#   zone at its index, and a zone past the first request opens.
 
 # shellcheck source-path=SCRIPTDIR source=rublk_lib.sh
 . "$(dirname "$0")/rublk_lib.sh"
@@ -197,7 +197,8 @@ rublk_del "$id"
 # largest request is 4 KiB, 64 zones. Each zone must be at its place in the
 # report: the C driver of 7.3.4 passed each zone on with its index in the
 # request that carried it, so that the ioctl's array got zones 192-255 at
-# 0-63 and nothing after them (fixed by patches/09, patch 1).
+# 0-63 and nothing after them, and recorded the zones' conditions the same
+# way (fixed by patches/09, patch 1).
 id=$(rublk_add zoned --size 256MiB --zone-size 1MiB --conv-zones 2 -b 4KiB -q 1 -d 4) || exit 1
 wait_bdev "$id"
 name=ublkb$id
@@ -218,6 +219,15 @@ done <<<"$report"
 [ -z "$wrong" ] && [ "$i" -ne 256 ] && wrong="$i zones reported, not 256"
 [ -z "$wrong" ] || die "a report of several requests: $wrong"
 echo "ok: a report of 256 zones in 4 requests, each zone in its place"
+# START_DEV read the zones' conditions the same way: a zone past the first
+# request's must be sequential to the block layer, so that it opens (7.3.4
+# recorded it as conventional and failed the open with EIO).
+timeout -k 5 "$STEP_TIMEOUT" blkzone open -o $((100 * 2048)) -c 1 "$dev" ||
+	die "blkzone open of zone 100 (past the first report request) failed"
+cond=$(timeout -k 5 "$STEP_TIMEOUT" blkzone report -o $((100 * 2048)) -c 1 "$dev" |
+	sed -n 's/.*zcond: *\([0-9]*\)(.*/\1/p')
+[ "$cond" = 3 ] || die "zone 100 has condition ${cond:-?} after its open, expected 3 (explicitly open)"
+echo "ok: zone 100, past the first report request, opens"
 
 rublk_del "$id"
 echo "ok: rublk zoned: report, management, zbd writes, zone append, long report"

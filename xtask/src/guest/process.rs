@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -38,8 +38,8 @@ pub struct Outcome {
 
 /// Has the child of `cmd` killed (SIGKILL) when the thread that spawns it
 /// ends, so that a harness that is itself killed (Ctrl-C reaches QEMU too,
-/// but `kill`, `timeout` or a CI job's end do not) leaves no QEMU running,
-/// holding its job directory and a CPU. Linux sends the signal when the
+/// in the same process group, but `kill PID` or a CI job's end do not)
+/// leaves no QEMU running, holding its job directory and a CPU. Linux sends the signal when the
 /// spawning *thread* exits: spawn from a thread that outlives the child, as
 /// `run_watched` and `Command::status` do.
 pub fn die_with_parent(cmd: &mut Command) -> &mut Command {
@@ -70,6 +70,19 @@ fn is_progress(line: &str) -> Option<Option<String>> {
     (l.starts_with("ok ") || l.starts_with("not ok ")).then_some(None)
 }
 
+/// A child that is killed, if still running, when this is dropped: an
+/// error return of `run_watched` leaves no QEMU behind.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// Runs `cmd` with stdout (the guest console) captured to `console` and
 /// passed to `on_line`; stdin is /dev/null.
 pub fn run_watched(
@@ -78,16 +91,17 @@ pub fn run_watched(
     console: &Path,
     mut on_line: impl FnMut(&str),
 ) -> Result<Outcome> {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {:?}", cmd.get_program()))?;
+    let mut child = Reaped(
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting {:?}", cmd.get_program()))?,
+    );
     let mut log = std::fs::File::create(console)?;
     let (tx, rx) = mpsc::channel::<String>();
-    let stdout = child.stdout.take().unwrap();
-    let stderr = child.stderr.take().unwrap();
+    let stdout = child.0.stdout.take().unwrap();
+    let stderr = child.0.stderr.take().unwrap();
     let tx2 = tx.clone();
     let reader = std::thread::spawn(move || {
         let mut r = BufReader::new(stdout);
@@ -122,7 +136,7 @@ pub fn run_watched(
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => {}
         }
-        if let Some(st) = child.try_wait()? {
+        if let Some(st) = child.0.try_wait()? {
             ending = Some(Ending::Exited(st.code()));
         } else if start.elapsed() > limits.total {
             ending = Some(Ending::Killed(format!(
@@ -140,8 +154,8 @@ pub fn run_watched(
         }
         if let Some(e) = &ending {
             if matches!(e, Ending::Killed(_)) {
-                let _ = child.kill();
-                let _ = child.wait();
+                let _ = child.0.kill();
+                let _ = child.0.wait();
             }
             break;
         }

@@ -1,7 +1,8 @@
 //! Device state around START_DEV: the pid must be the server's, a device
 //! starts once, its parameters are fixed once started, no FETCH_REQ is
 //! taken once every tag is fetched, and a zoned device's server may go away
-//! while START_DEV reads its zones, or answer it with none.
+//! while START_DEV reads its zones, answer it with no zone (the report
+//! ends) or with fewer zones than asked (the driver asks for the rest).
 
 use anyhow::{bail, Result};
 use io_uring::squeue;
@@ -12,8 +13,8 @@ use ublk_uapi::*;
 
 use super::ctrl::basic_params;
 use super::server::Server;
-use super::{case, err, Case};
-use crate::chardev::{io_sqe, io_sqe_result};
+use super::{case, err, Case, OK};
+use crate::chardev::{io_sqe, io_sqe_result, map_descs_setup};
 use crate::ctrl::{hdr, sqe128, with_buf};
 use crate::env::Env;
 use crate::errno::show;
@@ -72,17 +73,36 @@ fn start_zoned(env: &mut Env, s: &Server) -> Result<(Ring<squeue::Entry128>, u64
     Ok((ctrl, start))
 }
 
-/// A zoned device (user copy) whose server answers START_DEV's zone report
-/// with no zone (result 0, nothing copied): START_DEV fails with ENODEV, the
-/// block layer's "no zones reported". A short answer is the end of the
-/// server's zones: a driver that took it for the end of one request only
-/// asks again from the same sector, as long as the server answers, and
-/// START_DEV never completes (the C driver of 7.3.4). More than a few
-/// requests for the report is that bug.
-fn start_dev_zoned_report_answered_empty(env: &mut Env) -> Result<Got> {
-    const MAX_REPORTS: u32 = 4;
+/// Zones of a zoned device of [`start_zoned`]'s parameters.
+const NR_ZONES: u32 = 2048 / 256;
+
+/// A sequential, empty zone of 256 sectors at `start`, as `struct blk_zone`.
+fn empty_zone(start: u64) -> [u8; 64] {
+    let mut z = [0u8; 64];
+    z[0..8].copy_from_slice(&start.to_ne_bytes()); // start
+    z[8..16].copy_from_slice(&256u64.to_ne_bytes()); // len
+    z[16..24].copy_from_slice(&start.to_ne_bytes()); // wp
+    z[24] = 2; // type: BLK_ZONE_TYPE_SEQWRITE_REQ
+    z[25] = 1; // cond: BLK_ZONE_COND_EMPTY
+    z[32..40].copy_from_slice(&256u64.to_ne_bytes()); // capacity
+    z
+}
+
+/// Serves START_DEV's reading of the zones of a zoned (user copy) device:
+/// each report request gets the zones `answer` gives for its descriptor
+/// (copied with pwrite; the driver zeroed the rest of the buffer, so fewer
+/// than asked ends the answer), until START_DEV completes. More than `max`
+/// report requests fails the case: the driver asked again for zones it was
+/// answered (a driver that does so with a server that answers no zone asks
+/// for ever, and START_DEV never completes).
+fn serve_start_reports(
+    env: &mut Env,
+    max: u32,
+    answer: impl Fn(&UblksrvIoDesc) -> Vec<[u8; 64]>,
+) -> Result<Got> {
     let mut s = Server::with_flags(env, 2, UBLK_F_ZONED | UBLK_F_USER_COPY)?;
     let fd = s.file.as_raw_fd();
+    let descs = map_descs_setup(fd, 2)?;
     // With user copy, commands name no buffer.
     let mut fetches = [
         s.ring.submit(io_sqe(fd, UBLK_U_IO_FETCH_REQ, 0, 0, 0))?,
@@ -102,14 +122,35 @@ fn start_dev_zoned_report_answered_empty(env: &mut Env) -> Result<Got> {
                 got => bail!("a fetch of tag {tag} completed with {}", show(got)),
             }
             reports += 1;
-            if reports > MAX_REPORTS {
+            if reports > max {
                 bail!(
-                    "the driver asked for the zones {reports} times after empty answers: \
-                     a short answer must end the report"
+                    "the driver sent {reports} report requests, more than the {max} \
+                     that the answers needed: it asked again for zones it was answered"
                 );
             }
-            // No zone: nothing copied, result 0.
-            let sqe = io_sqe_result(fd, UBLK_U_IO_COMMIT_AND_FETCH_REQ, 0, tag, 0, 0);
+            // SAFETY: the mapping holds the descriptors of both tags, which
+            // the driver wrote before it completed the fetch.
+            let desc = unsafe {
+                std::ptr::read_volatile(descs.addr().cast::<UblksrvIoDesc>().add(usize::from(tag)))
+            };
+            if desc.op() != UBLK_IO_OP_REPORT_ZONES {
+                bail!("tag {tag} got op {} instead of a zone report", desc.op());
+            }
+            let zones = answer(&desc).concat();
+            let pos = UBLKSRV_IO_BUF_OFFSET + (u64::from(tag) << UBLK_TAG_OFF);
+            // SAFETY: `zones` is valid for reads of its length.
+            let r = unsafe { libc::pwrite(fd, zones.as_ptr().cast(), zones.len(), pos as i64) };
+            if r != zones.len() as isize {
+                bail!("the pwrite of {} bytes of zones gave {r}", zones.len());
+            }
+            let sqe = io_sqe_result(
+                fd,
+                UBLK_U_IO_COMMIT_AND_FETCH_REQ,
+                0,
+                tag,
+                0,
+                zones.len() as i32,
+            );
             *fetch = s.ring.submit(sqe)?;
         }
         if Instant::now() >= deadline {
@@ -118,6 +159,24 @@ fn start_dev_zoned_report_answered_empty(env: &mut Env) -> Result<Got> {
             );
         }
     }
+}
+
+/// A zoned device (user copy) whose server answers START_DEV's zone report
+/// with no zone (nothing copied): START_DEV fails with ENODEV, the block
+/// layer's "no zones reported", after that one request. An answer without
+/// any zone ends the report: the C driver of 7.3.4 asked again from the same
+/// sector for as long as the server answered, and START_DEV never completed
+/// (patches/09).
+fn start_dev_zoned_report_answered_empty(env: &mut Env) -> Result<Got> {
+    serve_start_reports(env, 1, |_| Vec::new())
+}
+
+/// A zoned device (user copy) whose server answers each report request with
+/// one zone, fewer than asked, as the UAPI allows ("to report fewer zones
+/// than requested, zero the last entry"): the driver asks again from the
+/// next zone, and START_DEV succeeds after one request per zone.
+fn start_dev_zoned_report_one_zone_per_request(env: &mut Env) -> Result<Got> {
+    serve_start_reports(env, NR_ZONES, |d| vec![empty_zone(d.start_sector)])
 }
 
 /// A zoned device (user copy) whose server goes away while it holds the
@@ -162,4 +221,5 @@ pub const CASES: &[Case] = &[
     case!(fetch_on_started_device, err(EBUSY)),
     case!(start_dev_zoned_server_exits_during_report, err(EIO)),
     case!(start_dev_zoned_report_answered_empty, err(ENODEV)),
+    case!(start_dev_zoned_report_one_zone_per_request, OK),
 ];
