@@ -121,20 +121,23 @@ fn serve_start_reports(
                 Got::Res(0) => {}
                 got => bail!("a fetch of tag {tag} completed with {}", show(got)),
             }
-            reports += 1;
-            if reports > max {
-                bail!(
-                    "the driver sent {reports} report requests, more than the {max} \
-                     that the answers needed: it asked again for zones it was answered"
-                );
-            }
             // SAFETY: the mapping holds the descriptors of both tags, which
             // the driver wrote before it completed the fetch.
             let desc = unsafe {
                 std::ptr::read_volatile(descs.addr().cast::<UblksrvIoDesc>().add(usize::from(tag)))
             };
             if desc.op() != UBLK_IO_OP_REPORT_ZONES {
-                bail!("tag {tag} got op {} instead of a zone report", desc.op());
+                // The disk was added: the partition scan's or udev's read,
+                // left unanswered (the server's exit fails it) while
+                // START_DEV completes.
+                return ctrl.wait(start, WAIT);
+            }
+            reports += 1;
+            if reports > max {
+                bail!(
+                    "the driver sent {reports} report requests, more than the {max} \
+                     that the answers needed: it asked again for zones it was answered"
+                );
             }
             let zones = answer(&desc).concat();
             let pos = UBLKSRV_IO_BUF_OFFSET + (u64::from(tag) << UBLK_TAG_OFF);
