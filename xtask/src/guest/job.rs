@@ -2,7 +2,7 @@
 //! The host writes job.env, the test list or command, the guest script and
 //! the initramfs; the guest writes results.ktap, logs/, dmesg.txt and status.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 
 use crate::kbuild::Outputs;
@@ -86,6 +86,21 @@ impl Job {
     }
 }
 
+/// Copies the directory `from` to `to`, recursively (files keep their mode).
+fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        if e.file_type()?.is_dir() {
+            copy_tree(&src, &dst)?;
+        } else {
+            std::fs::copy(&src, &dst)?;
+        }
+    }
+    Ok(())
+}
+
 fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
@@ -144,6 +159,12 @@ pub fn create(
             }
         }
     }
+    // The installed selftests (kublk, the upstream scripts, ublk_badinput,
+    // ublk_fuzz), as they are now: a build during the run (it installs
+    // again) must not change what this run executes.
+    let selftests = dir.join("selftests");
+    copy_tree(&userland.selftests, &selftests)
+        .with_context(|| format!("copying {}", userland.selftests.display()))?;
     let (rublk, rublk_missing) = match &userland.rublk {
         Ok(p) => (p.display().to_string(), String::new()),
         Err(why) => (String::new(), why.clone()),
@@ -152,7 +173,7 @@ pub fn create(
         ("MODE", mode_name.to_string()),
         ("DRIVER", driver.name().to_string()),
         ("MODDIR", moddir.display().to_string()),
-        ("SELFTESTS", userland.selftests.display().to_string()),
+        ("SELFTESTS", selftests.display().to_string()),
         ("EXTRAS", userland.extras.display().to_string()),
         ("TEST_TIMEOUT", timeout.to_string()),
         ("JOBS", jobs.to_string()),
@@ -241,6 +262,32 @@ mod tests {
         let e = check_cmdline_path(Path::new("/tmp/my checkout")).unwrap_err();
         assert!(e.to_string().contains("/tmp/my checkout"), "{e}");
         assert!(check_cmdline_path(Path::new("/tmp/a:b")).is_err());
+    }
+
+    #[test]
+    fn selftests_are_copied_with_their_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let from = d.path().join("ublk");
+        std::fs::create_dir_all(from.join("trace")).unwrap();
+        std::fs::write(from.join("kublk"), "bin").unwrap();
+        std::fs::set_permissions(from.join("kublk"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        std::fs::write(from.join("trace/seq_io.bt"), "bt").unwrap();
+        let to = d.path().join("job/selftests");
+        copy_tree(&from, &to).unwrap();
+        // Later changes to the installed tree do not reach the copy.
+        std::fs::write(from.join("kublk"), "rebuilt").unwrap();
+        assert_eq!(std::fs::read_to_string(to.join("kublk")).unwrap(), "bin");
+        let mode = std::fs::metadata(to.join("kublk"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o755);
+        assert_eq!(
+            std::fs::read_to_string(to.join("trace/seq_io.bt")).unwrap(),
+            "bt"
+        );
     }
 
     #[test]
