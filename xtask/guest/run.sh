@@ -39,6 +39,15 @@ setup() {
 	dmesg -w > "$JOB/dmesg.txt" 2>&1 &
 	DMESG_PID=$!
 
+	# The run's snapshot of the installed selftests is in the job directory,
+	# a 9p share without a page cache: onto tmpfs, since tests start kublk
+	# hundreds of times.
+	if cp -a "$SELFTESTS" /run/xtask-selftests 2>/dev/null; then
+		SELFTESTS=/run/xtask-selftests
+	else
+		say "warning: selftests not copied to tmpfs; running them from $SELFTESTS"
+	fi
+
 	# Modules of the kernel under test.
 	mkdir -p /lib/modules
 	ln -sfn "$MODDIR" "/lib/modules/$(uname -r)"
