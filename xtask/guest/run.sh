@@ -42,10 +42,12 @@ setup() {
 	# The run's snapshot of the installed selftests is in the job directory,
 	# a 9p share without a page cache: onto tmpfs, since tests start kublk
 	# hundreds of times.
-	if cp -a "$SELFTESTS" /run/xtask-selftests 2>/dev/null; then
+	local err
+	if err=$(cp -a "$SELFTESTS" /run/xtask-selftests 2>&1); then
 		SELFTESTS=/run/xtask-selftests
 	else
-		say "warning: selftests not copied to tmpfs; running them from $SELFTESTS"
+		say "warning: selftests not copied to tmpfs ($err); running them from $SELFTESTS"
+		rm -rf /run/xtask-selftests
 	fi
 
 	# Modules of the kernel under test.

@@ -195,7 +195,11 @@ fn rust_selftests(layout: &Layout, install: &Path) -> Result<()> {
             bail!("building {pkg} failed ({status})");
         }
         let built = target.join("release").join(bin);
-        std::fs::copy(&built, install.join(bin))
+        // A copy, then a rename: a run snapshotting the install directory
+        // meanwhile sees the old binary or the new one, never half of one.
+        let tmp = install.join(format!(".{bin}.new"));
+        std::fs::copy(&built, &tmp)
+            .and_then(|_| std::fs::rename(&tmp, install.join(bin)))
             .with_context(|| format!("installing {}", built.display()))?;
     }
     Ok(())
