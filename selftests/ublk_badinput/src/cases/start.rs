@@ -13,7 +13,7 @@ use ublk_uapi::*;
 
 use super::ctrl::basic_params;
 use super::server::Server;
-use super::{case, err, Case, OK};
+use super::{case, err, usercopy, Case, OK};
 use crate::chardev::{io_sqe, io_sqe_result, map_descs_setup};
 use crate::ctrl::{hdr, sqe128, with_buf};
 use crate::env::Env;
@@ -140,9 +140,15 @@ fn serve_start_reports(
                 );
             }
             let zones = answer(&desc).concat();
-            let pos = UBLKSRV_IO_BUF_OFFSET + (u64::from(tag) << UBLK_TAG_OFF);
             // SAFETY: `zones` is valid for reads of its length.
-            let r = unsafe { libc::pwrite(fd, zones.as_ptr().cast(), zones.len(), pos as i64) };
+            let r = unsafe {
+                libc::pwrite(
+                    fd,
+                    zones.as_ptr().cast(),
+                    zones.len(),
+                    usercopy::pos(0, tag, 0),
+                )
+            };
             if r != zones.len() as isize {
                 bail!("the pwrite of {} bytes of zones gave {r}", zones.len());
             }

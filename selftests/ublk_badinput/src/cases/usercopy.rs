@@ -23,7 +23,7 @@ use crate::ring::{Got, Ring, PEEK, WAIT};
 const LEN: usize = 512;
 
 /// The user-copy file position of `offset` into the data of `tag` of queue `q_id`.
-fn pos(q_id: u16, tag: u16, offset: u32) -> i64 {
+pub(super) fn pos(q_id: u16, tag: u16, offset: u32) -> i64 {
     (UBLKSRV_IO_BUF_OFFSET
         + (u64::from(q_id) << UBLK_QID_OFF)
         + (u64::from(tag) << UBLK_TAG_OFF)
