@@ -672,8 +672,17 @@ pub struct RingId(usize);
 
 /// What a driver does once io_uring no longer uses a block request that the driver registered as
 /// a fixed buffer ([`IoUringCmd::register_request_buffer`]).
+///
+/// # Safety
+///
+/// io_uring calls [`RequestBufferRelease::release`], code of the implementer's module, at any
+/// time until every registration made with it was released, possibly long after the command that
+/// registered the buffer completed and the file it was sent to was closed: a ring may outlive
+/// both. The implementer must keep its module loaded until the last call to `release` returned,
+/// for example by holding a reference to the module ([`crate::ThisModule::try_get`]) while
+/// registrations remain.
 #[cfg(CONFIG_BLOCK)]
-pub trait RequestBufferRelease<T: mq::Operations> {
+pub unsafe trait RequestBufferRelease<T: mq::Operations> {
     /// Called once for each registration: when the buffer was unregistered (by a driver's
     /// command, by user space, or by an update of the ring's buffer table) and the last
     /// operation that used it completed, or when the ring was torn down.
@@ -684,8 +693,6 @@ pub trait RequestBufferRelease<T: mq::Operations> {
     /// buffer or unregistered it, or on a kernel worker that tears the ring down. It may run
     /// inside [`IoUringCmd::unregister_buffer`], so callers of that must not hold locks that
     /// this takes; and it must not unregister buffers or complete commands of the ring itself.
-    /// It is code of the driver's module, which must stay loaded until every registration is
-    /// released.
     fn release(rq: ARef<mq::Request<T>>);
 }
 

@@ -264,7 +264,9 @@ run_one() {
 left_behind() {
 	local devs procs
 	devs=$(cd /dev && ls -d ublkc* ublkb* 2>/dev/null | tr '\n' ' ')
-	procs=$(pgrep -a -x 'kublk|rublk|fio|ublk_badinput' | cut -c1-60 | tr '\n' ';')
+	# (ublk_release_race's server, stuck in the kernel when it fails, by the
+	# 15 characters of its process name)
+	procs=$(pgrep -a -x 'kublk|rublk|fio|ublk_badinput|ublk_release_ra' | cut -c1-60 | tr '\n' ';')
 	echo "devices: ${devs:-none}; processes: ${procs:-none}"
 }
 

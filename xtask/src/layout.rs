@@ -18,7 +18,11 @@ pub const OVERLAY: &[(&str, &str)] = &[
 /// Repository paths under an overlay directory that stay out of the kernel
 /// tree: host-side programs that the harness builds itself (the Rust
 /// selftest crates; see `userland::rust_selftests`).
-pub const OVERLAY_SKIP: &[&str] = &["selftests/ublk_badinput", "selftests/ublk_fuzz"];
+pub const OVERLAY_SKIP: &[&str] = &[
+    "selftests/ublk_badinput",
+    "selftests/ublk_fuzz",
+    "selftests/ublk_release_race",
+];
 
 /// Directory of patch series, applied in lexicographic order of series
 /// directories and then of files; cover letters are not applied.
@@ -157,6 +161,7 @@ mod tests {
         assert!(overlay_target(Path::new("xtask/src/main.rs")).is_none());
         assert!(overlay_target(Path::new("selftests")).is_none());
         assert!(overlay_target(Path::new("selftests/ublk_badinput/src/main.rs")).is_none());
+        assert!(overlay_target(Path::new("selftests/ublk_release_race/Cargo.toml")).is_none());
         assert_eq!(
             overlay_target(Path::new("selftests/test_badinput_01.sh")).unwrap(),
             Path::new("tools/testing/selftests/ublk/test_badinput_01.sh")

@@ -165,6 +165,7 @@ fn selftests(layout: &Layout, kernel: &Outputs, sysroot: &Path) -> Result<PathBu
 pub const RUST_SELFTESTS: &[(&str, &str)] = &[
     ("ublk-badinput", "ublk_badinput"),
     ("ublk-fuzz", "ublk_fuzz"),
+    ("ublk-release-race", "ublk_release_race"),
 ];
 
 /// Builds the [`RUST_SELFTESTS`] (cargo handles staleness) and copies them

@@ -24,6 +24,7 @@ use kernel::{
         Arc, CondVar, Mutex, MutexGuard, SpinLock,
     },
     task::Pid,
+    warn_on,
     workqueue::{
         self, impl_has_delayed_work, impl_has_work, new_delayed_work, new_work, DelayedWork, Work,
         WorkItem,
@@ -580,12 +581,17 @@ impl UblkDevice {
         // From now on requests fail, or wait for a new server.
         io::start_cancel(&this);
         if io::any_lent(&this) {
-            *this.release_pin.lock() = Some(<crate::RustUblk as ModuleMetadata>::THIS_MODULE.get());
-            // A device has one opener, so the work item is not queued already.
-            let _ = workqueue::system_percpu().enqueue::<Arc<Self>, RELEASE_WORK>(this);
-        } else {
-            Self::finish_release(&this);
+            // The file being released holds a reference to the module (its `owner`), so the
+            // module is not going away and this does not fail.
+            let pin = <crate::RustUblk as ModuleMetadata>::THIS_MODULE.try_get();
+            if !warn_on!(pin.is_none()) {
+                *this.release_pin.lock() = pin;
+                // A device has one opener, so the work item is not queued already.
+                let _ = workqueue::system_percpu().enqueue::<Arc<Self>, RELEASE_WORK>(this);
+                return;
+            }
         }
+        Self::finish_release(&this);
     }
 
     /// Finishes [`UblkDevice::release`] once no buffer holds a request of the server any more:

@@ -92,6 +92,7 @@ use crate::{
 };
 use kernel::{
     block::{mq::Request, BlkStatus, ReqOp, SECTOR_SHIFT},
+    bottom_half::{local_bh_disable, LocalBhDisabled},
     current,
     io_uring::{IoUringCmdCancel, IssueFlags, Issued, QueuedIoUringCmd, RingId},
     prelude::*,
@@ -247,6 +248,10 @@ pub(crate) enum IoState {
     },
     /// The server's task copies the data of the request, which it took from the slot.
     Delivering,
+    /// The server's commit of the slot's request runs ([`commit_and_fetch`]): it took the request
+    /// from the slot to end it, and offers the slot again with the same command. The slot is not
+    /// [`IoState::Idle`] meanwhile, so that no `UBLK_U_IO_FETCH_REQ` takes it.
+    Committing,
     /// The server serves the request (`UBLK_IO_FLAG_OWNED_BY_SRV` in the C driver).
     Serving(Served),
     /// The server owns the write, and was asked for the buffer of its data, which it names with
@@ -867,11 +872,25 @@ pub(crate) fn copy_write(rq: &Served, addr: u64) -> Copy {
 
 /// Ends `rq`, the only reference to the request, with the result recorded: inline, or through
 /// `blk_mq_complete_request_remote()` if the queue honours `rq_affinity`.
+///
+/// Both run with bottom halves disabled. Ending a request ends its bios, and the completion of a
+/// bio may drop the last reference to a file (an asynchronous direct read of a file closed
+/// meanwhile, for example). In process context the release of that file would be task work of
+/// the current task, which is often the server's; the release of a file of a ublk disk takes the
+/// disk's `open_mutex`, which `bdev_open()` and `BLKRRPART` hold while they read the partition
+/// table through the same server, and the server would wait for itself. With bottom halves
+/// disabled, `in_interrupt()` is true and the release goes to a work item instead. The hand-over
+/// to `blk_mq_complete_request_remote()` is in the section too: the `BLOCK_SOFTIRQ` that it raises
+/// for a device with one hardware queue then runs when the section ends, without waking
+/// `ksoftirqd`.
 fn route_end(queue: &Queue, rq: ARef<Rq>) {
+    let bh = local_bh_disable();
     if queue.rq_affinity {
-        Request::complete(rq);
+        // `DiskOps::complete` ends it: in a softirq, or here if blk-mq ends it on this CPU.
+        // `rq` is the only reference to the request: this does not fail.
+        warn_on!(Request::complete(rq).is_err());
     } else {
-        end_request(rq);
+        end_request(rq, &bh);
     }
 }
 
@@ -883,8 +902,11 @@ pub(crate) fn end_lost(queue: &Queue, rq: ARef<Rq>, error: Error) {
     route_end(queue, rq);
 }
 
-/// Ends `rq` with the result that [`Served::finish`] recorded (`ublk_complete_rq()`).
-pub(crate) fn end_request(rq: ARef<Rq>) {
+/// Ends `rq` with the result that [`Served::finish`] recorded, with bottom halves disabled (see
+/// [`route_end`] for why). Every end of a request of the driver is this function's: it is the
+/// only caller of the `Request::end` family, and it takes the proof that bottom halves are
+/// disabled.
+pub(crate) fn end_request(rq: ARef<Rq>, _bh: &LocalBhDisabled) {
     let (error, bytes) = {
         let result = rq.data_ref();
         (result.error.load(Relaxed), result.bytes.load(Relaxed))
@@ -1065,6 +1087,7 @@ pub(crate) fn commit_and_fetch<'a>(
         check_buf(queue, io_cmd.addr, Some(served.op()))?;
         let auto_reg = zerocopy::auto_buf_reg(queue, &cmd)?;
         let served = io.take_serving().ok_or(EBUSY)?;
+        io.state = IoState::Committing;
         let registered = io
             .auto_registered
             .take()

@@ -22,14 +22,12 @@ use crate::{
 };
 use kernel::{
     alloc::kvec::PushError,
-    block::{
-        mq::{
-            self,
-            tag_set::{Flag, Flags},
-            Request, RqList, TagSet,
-        },
-        BlkStatus,
+    block::mq::{
+        self,
+        tag_set::{Flag, Flags},
+        Request, RqList, TagSet,
     },
+    bottom_half::local_bh_disable,
     new_spinlock,
     prelude::*,
     sync::{
@@ -235,9 +233,9 @@ impl Queue {
     }
 
     /// Takes back the request whose completion the fault injection dropped, if `rq` is one.
-    pub(crate) fn take_lost(&self, rq: &Rq) -> Option<ARef<Rq>> {
+    pub(crate) fn take_lost(&self, rq: &mq::TimedOutRequest<'_, DiskOps>) -> Option<ARef<Rq>> {
         let mut lost = self.lost.lock();
-        let i = lost.iter().position(|kept| core::ptr::eq(&**kept, rq))?;
+        let i = lost.iter().position(|kept| rq.is(kept))?;
         lost.remove(i).ok()
     }
 
@@ -437,8 +435,9 @@ impl mq::Operations for DiskOps {
                 // The tag set has a hardware queue per ublk queue.
                 Err(e) => {
                     warn_on!(true);
-                    // `rq` is the only reference to the request: this does not fail.
-                    warn_on!(Request::end(rq, BlkStatus::from(e)).is_err());
+                    rq.data_ref().set(e.to_errno(), 0);
+                    let bh = local_bh_disable();
+                    io::end_request(rq, &bh);
                 }
             }
         }
@@ -459,7 +458,10 @@ impl mq::Operations for DiskOps {
     }
 
     fn complete(rq: ARef<Rq>) {
-        io::end_request(rq);
+        // In a softirq, where this nests; inline in `io::route_end`'s section; or in process
+        // context when a CPU goes offline with completions queued to it.
+        let bh = local_bh_disable();
+        io::end_request(rq, &bh);
     }
 
     #[cfg(CONFIG_BLK_DEV_ZONED)]
@@ -474,7 +476,7 @@ impl mq::Operations for DiskOps {
         }
     }
 
-    fn timeout(rq: &Rq) -> mq::TimeoutReturn {
+    fn timeout(rq: mq::TimedOutRequest<'_, Self>) -> mq::TimeoutReturn {
         // A request whose completion the fault injection dropped is ended here, if it is still
         // in its queue's list (the server's exit may have ended it meanwhile). The requests that
         // the server has not answered yet wait for it, however long it takes, unless the device
@@ -485,7 +487,7 @@ impl mq::Operations for DiskOps {
             warn_on!(true);
             return mq::TimeoutReturn::ResetTimer;
         };
-        if let Some(lost) = queue.take_lost(rq) {
+        if let Some(lost) = queue.take_lost(&rq) {
             io::end_lost(queue, lost, ETIMEDOUT);
             return mq::TimeoutReturn::Done;
         }

@@ -100,7 +100,16 @@ pub(crate) fn unregister_io_buf<'a>(
 /// uses the buffers.
 pub(crate) struct BufRelease;
 
-impl RequestBufferRelease<DiskOps> for BufRelease {
+// SAFETY: A registration lends a request of an io slot (`Io::lend`, `io::register_auto`), and
+// only a command on an open `/dev/ublkcN` registers one. While that file is open, it holds a
+// reference to the module (its `owner`); when it is released with requests still lent,
+// `UblkDevice::release` takes a reference to the module, which its work item puts once every lent
+// request was given back through `release` below. That leaves one window: between the last
+// `give_back()` and the return of `release`, the work item may see nothing lent and put the last
+// reference; the rest of `release` (dropping `queues`) and its return then run while the module
+// can be unloaded. The window is the same as at the end of any work item that puts its own
+// module's last reference, which the module's exit does not wait for either.
+unsafe impl RequestBufferRelease<DiskOps> for BufRelease {
     fn release(rq: ARef<Rq>) {
         let queues: Arc<Queues> = rq.queue_data().into();
         // CAST: Queue indexes and tags are below 4096.

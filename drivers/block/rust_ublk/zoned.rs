@@ -123,17 +123,17 @@ pub(crate) fn report(
     let mut done = 0;
     while done < nr_zones {
         let asked = per_request.min(nr_zones - done);
-        let bytes = &mut buf[..asked as usize * Zone::SIZE];
-        bytes.fill(0);
+        let len = asked as usize * Zone::SIZE;
+        buf[..len].fill(0);
         {
             let mut rq = report.alloc_drv_in()?;
             rq.data_ref().mark_report(sector, asked);
-            let ret = rq.execute(bytes);
+            let ret = rq.execute(&mut buf, len);
             rq.data_ref().mark_report(0, 0);
             ret?;
         }
         let mut got = 0;
-        for chunk in bytes.chunks_exact(Zone::SIZE) {
+        for chunk in buf[..len].chunks_exact(Zone::SIZE) {
             let mut zone = Zone::from_bytes(chunk.try_into().map_err(|_| EINVAL)?);
             if zone.is_empty() {
                 break;

@@ -201,21 +201,23 @@ impl<T: Operations> DrvRequest<'_, T> {
         }
     }
 
-    /// Sends the request to the driver with `buf` as its data (`blk_rq_map_kern()`), and waits
-    /// until the driver ended it (`blk_execute_rq()`); `buf` then holds what the driver read.
+    /// Sends the request to the driver with the first `len` bytes of `buf` as its data
+    /// (`blk_rq_map_kern()`), and waits until the driver ended it (`blk_execute_rq()`); they then
+    /// hold what the driver read.
     ///
-    /// Fails with `EINVAL` if the request was executed before, or if `buf` is empty or larger
-    /// than the queue takes in one request; otherwise with the status the request ended with.
-    /// `buf` is memory of the kernel's linear map or of vmalloc (a `KVVec`, for example), which
-    /// is what `blk_rq_map_kern()` maps.
-    pub fn execute(&mut self, buf: &mut [u8]) -> Result {
-        if self.executed {
+    /// Fails with `EINVAL` if the request was executed before, or if `len` is 0, larger than
+    /// `buf`, or larger than the queue takes in one request; otherwise with the status the request
+    /// ended with. `buf` is a [`KVVec`] because `blk_rq_map_kern()` maps memory of the kernel's
+    /// linear map or of vmalloc, which is what a `KVVec` allocates.
+    pub fn execute(&mut self, buf: &mut KVVec<u8>, len: usize) -> Result {
+        if self.executed || len == 0 || len > buf.len() {
             return Err(EINVAL);
         }
-        let len = u32::try_from(buf.len()).map_err(|_| EINVAL)?;
+        let len = u32::try_from(len).map_err(|_| EINVAL)?;
         // SAFETY: By the type invariants, `rq` is a valid request that the driver owns. `buf` is
-        // valid for `len` bytes; the bio that maps it is released when the request ends, before
-        // `blk_execute_rq()` returns below, and `buf` is borrowed until then.
+        // memory of the linear map or of vmalloc, valid for `len` bytes; the bio that maps it is
+        // released when the request ends, before `blk_execute_rq()` returns below, and `buf` is
+        // borrowed mutably until then, so it is neither freed nor moved meanwhile.
         to_result(unsafe {
             bindings::blk_rq_map_kern(
                 self.rq.as_ptr(),
