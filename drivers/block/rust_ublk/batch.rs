@@ -34,7 +34,7 @@
 use crate::{
     chardev::Cmd,
     device::{Server, UblkDevice},
-    io::{self, Copy, IoState, Served},
+    io::{self, Copy, IoState, Served, RES_ABORT},
     queue::{Queue, QueueState, Rq, Slot},
     uapi::{self, AutoBufReg, BatchIo, Elem, IoCmd},
     zerocopy, zoned,
@@ -49,10 +49,6 @@ use kernel::{
     uaccess::{UserPtr, UserSlice},
     warn_on,
 };
-
-/// The result with which the driver completes the server's commands when the device goes away
-/// (`UBLK_IO_RES_ABORT`).
-const RES_ABORT: Error = ENODEV;
 
 /// The most tags that one completion of a fetch command reports, as in the C driver.
 const MAX_TAGS_PER_CQE: usize = 128;

@@ -104,7 +104,7 @@ use kernel::{
 
 /// The result with which the driver completes the server's commands when the device goes away
 /// (`UBLK_IO_RES_ABORT`).
-const RES_ABORT: Error = ENODEV;
+pub(crate) const RES_ABORT: Error = ENODEV;
 
 /// How long a write whose data could not be copied to the server at all waits before it is
 /// dispatched again, as in the C driver (`UBLK_REQUEUE_DELAY_MS`).
