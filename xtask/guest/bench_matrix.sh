@@ -98,7 +98,7 @@ matrix_attr() {
 matrix_add() {
 	# matrix_add <driver> <queues>: make the block's device for <queues>
 	# and set MATRIX_DEV[<queues>] to its name; MATRIX_WHY says why not
-	local drv=$1 q=$2 out rc id name d i
+	local drv=$1 q=$2 out rc id name d
 	case "$drv" in
 	c | rust)
 		out=$(timeout -k 5 60 "$KUBLK" add -t null -q "$q" -d 128 2>&1)
@@ -131,7 +131,7 @@ matrix_add() {
 	# MATRIX_DEV is set as soon as there is something for matrix_end to
 	# remove, also when a later step fails.
 	udevadm settle --timeout=30 >/dev/null 2>&1
-	for i in $(seq 50); do
+	for _ in $(seq 50); do
 		[ -b "/dev/$name" ] && break
 		sleep 0.1
 	done
@@ -193,8 +193,8 @@ matrix_stat() {
 	# matrix_stat <dev>: MATRIX_BUSY (non-idle ticks, all CPUs), MATRIX_IOS
 	# (completed I/Os of <dev>), MATRIX_US (wall clock in microseconds);
 	# builtins only, so reading them costs next to no CPU time
-	local u n s idle iow irq sirq st rd wr
-	read -r _ u n s idle iow irq sirq st _ < /proc/stat
+	local u n s irq sirq st rd wr
+	read -r _ u n s _ _ irq sirq st _ < /proc/stat
 	read -r rd _ _ _ wr _ < "/sys/block/$1/stat"
 	MATRIX_US=${EPOCHREALTIME//[.,]/}
 	MATRIX_BUSY=$((u + n + s + irq + sirq + st))
@@ -205,7 +205,7 @@ matrix_cell() {
 	# matrix_cell <driver> <rw> <iodepth> <queues> <round>: one fio run on
 	# the block's device; sets MATRIX_RES (the progress line's result) and
 	# returns non-zero if it failed
-	local drv=$1 rw=$2 qd=$3 q=$4 r=$5 name key pid i rc iops alive
+	local drv=$1 rw=$2 qd=$3 q=$4 r=$5 name key pid rc iops alive
 	local busy0 ios0 us0 start_ios
 	name=${MATRIX_DEV[$q]}
 	key="$drv/$rw/qd$qd/q$q"
@@ -219,7 +219,7 @@ matrix_cell() {
 	matrix_stat "$name"
 	start_ios=$MATRIX_IOS
 	# The window starts once the device has completed an I/O of this run.
-	for i in $(seq 300); do
+	for _ in $(seq 300); do
 		kill -0 "$pid" 2>/dev/null || break
 		sleep 0.1
 		matrix_stat "$name"

@@ -1,5 +1,6 @@
 #!/bin/busybox sh
 # SPDX-License-Identifier: GPL-2.0
+# shellcheck shell=dash
 #
 # PID 1 of the xtask test guest, from a small initramfs holding only a
 # static busybox. It builds the guest's root: the host's / over virtio-9p
@@ -80,6 +81,7 @@ mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 job "/newroot$job" ||
 # root of PID 1 differs from theirs. The new PID 1 is the host's static
 # busybox (busybox-static is a prerequisite); it runs the job script as a
 # child and powers off whatever the script does.
+# shellcheck disable=SC2093 # nothing runs after switch_root: it is PID 1 now
 exec switch_root /newroot /bin/busybox sh -c '
 	/bin/bash "$0/guest-run.sh" "$0" </dev/console >/dev/console 2>&1
 	echo "xtask-init: job script exited with $?" >/dev/console

@@ -33,6 +33,10 @@ enum Cmd {
     Profile(crate::profile::ProfileOpts),
     /// Copy a patch series for sending: your sign-off, To/Cc, checkpatch.
     PrepareSend(crate::send::SendOpts),
+    /// Static checks, each with a verdict: checkpatch --strict of every patch,
+    /// rustfmtcheck and CLIPPY=1 of the kernel's Rust, cargo fmt and clippy,
+    /// shellcheck of the guest scripts.
+    Check(crate::check::CheckOpts),
 }
 
 pub fn run(cli: Cli) -> Result<ExitCode> {
@@ -63,6 +67,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             crate::send::run(&opts)?;
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Check(opts) => Ok(if crate::check::run(&opts)? {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        }),
         Cmd::Vm(opts) => {
             let code = crate::vm::run(&opts)?;
             Ok(ExitCode::from(

@@ -6,9 +6,13 @@
 //! - `selftest`: build what is stale, boot the kernel in QEMU and run the
 //!   upstream ublk selftests plus ours, reporting KTAP.
 //! - `vm`: boot the same guest with a ublk driver loaded and run a command.
+//! - `bench`: measure the drivers; `profile`: where a selftest boot's time
+//!   went; `prepare-send`: a series as it would be mailed; `check`: the
+//!   static checks (checkpatch, rustfmt, clippy, shellcheck).
 
 mod apt;
 mod bench;
+mod check;
 mod cli;
 mod digest;
 mod eta;

@@ -53,8 +53,13 @@ impl Entry {
 
 impl Drop for Entry {
     fn drop(&mut self) {
-        // A device that goes away with the module must not leave its partition scan queued.
-        // The end of its server's release is not queued: it keeps the module loaded.
+        // A device that goes away with the module is stopped first, as `UBLK_U_CMD_DEL_DEV`
+        // stops it: requests that a device with user recovery put aside for a new server fail
+        // instead of holding up the deletion of its disk forever, and its partition scan, which
+        // may wait for one of them, is cancelled (`stop` cancels it; a device never started
+        // has one neither). The end of its server's release is not queued: it keeps the module
+        // loaded.
+        UblkDevice::stop(&self.dev);
         UblkDevice::cancel_scan(&self.dev);
     }
 }
@@ -470,8 +475,9 @@ fn params_len(header: &CtrlCmd, set: bool) -> Result<usize> {
 /// `UBLK_U_CMD_SET_PARAMS`: sets the parameters of a device that was not started yet.
 fn set_params(dev: &UblkDevice, header: &CtrlCmd) -> Result {
     let len = params_len(header, true)?;
-    // Read before taking the device lock: a fault takes the mmap lock, which `mmap` of
-    // `/dev/ublkcN` holds when it takes the device lock.
+    // Read before taking the device lock, which is not held across copies from or to user
+    // memory: a fault there may sleep on the mmap lock for as long as another thread of the
+    // server holds it.
     let mut bytes = [0u8; uapi::PARAMS_SIZE];
     let read = user_buf(header.addr, len)?
         .reader()
