@@ -40,16 +40,8 @@ pub fn run(opts: &CheckOpts) -> Result<bool> {
     let layout = pipeline::layout(&opts.kernel)?;
     let out = pipeline::ensure_kernel(&layout, &opts.kernel)?;
     let tree_dir = layout.tree();
-    let make = |targets: &[&str]| -> Command {
-        let mut c = Command::new("make");
-        c.current_dir(&tree_dir)
-            .arg(format!("O={}", out.out.display()))
-            .arg(format!("LLVM={}", opts.kernel.llvm))
-            .arg(format!("-j{}", jobs(&opts.kernel)))
-            .args(targets)
-            .env("LIBCLANG_PATH", crate::prereq::LIBCLANG_PATH);
-        c
-    };
+    let kmake = pipeline::make(&layout, &opts.kernel);
+    let make = |targets: &[&str]| kmake.command(&out.out, targets);
     let checks: Vec<(&str, Verdict)> = vec![
         ("checkpatch --strict", checkpatch(&layout.repo, &tree_dir)?),
         ("rustfmtcheck", command(make(&["rustfmtcheck"]), "Diff in")?),
@@ -105,11 +97,6 @@ pub fn run(opts: &CheckOpts) -> Result<bool> {
         }
     }
     Ok(ok)
-}
-
-fn jobs(opts: &KernelOpts) -> usize {
-    opts.jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
 }
 
 fn cargo(repo: &Path, args: &[&str]) -> Command {

@@ -20,7 +20,8 @@ pub struct Make {
 }
 
 impl Make {
-    fn command(&self, out: &Path, targets: &[&str]) -> Command {
+    /// The make command for `targets` in the build directory `out`.
+    pub fn command(&self, out: &Path, targets: &[&str]) -> Command {
         let mut c = Command::new("make");
         c.current_dir(&self.tree)
             .arg(format!("O={}", out.display()))

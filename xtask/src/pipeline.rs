@@ -67,6 +67,17 @@ pub fn layout(opts: &KernelOpts) -> Result<Layout> {
     Layout::discover(opts.work_dir.clone())
 }
 
+/// How to run make in the prepared tree, as `opts` ask.
+pub fn make(layout: &Layout, opts: &KernelOpts) -> Make {
+    Make {
+        tree: layout.tree(),
+        llvm: opts.llvm.clone(),
+        jobs: opts
+            .jobs
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
+    }
+}
+
 pub fn ensure_kernel(layout: &Layout, opts: &KernelOpts) -> Result<Outputs> {
     prereq::ensure()?;
     let origin = match &opts.kernel_src {
@@ -78,13 +89,7 @@ pub fn ensure_kernel(layout: &Layout, opts: &KernelOpts) -> Result<Outputs> {
     let prepared = tree::prepare(layout)?;
     let tree_dir = layout.tree();
     prereq::check_min_versions(&tree_dir, &opts.llvm)?;
-    let make = Make {
-        tree: tree_dir,
-        llvm: opts.llvm.clone(),
-        jobs: opts
-            .jobs
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
-    };
+    let make = make(layout, opts);
     let out = layout.build_dir(opts.flavour.name());
     let config_fp = kconfig::configure(&make, &out, &opts.flavour.fragment_paths(layout))?;
     let outputs = kbuild::build(&make, &out, &prepared.head, &config_fp)?;
