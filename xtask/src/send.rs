@@ -20,7 +20,7 @@ use crate::{source, tree};
 pub struct SendOpts {
     #[command(flatten)]
     pub kernel: KernelOpts,
-    /// Series directory under patches/ (e.g. 02-ublk-v3); default: all.
+    /// Series directory under patches/ (e.g. 02-ublk-v2); default: all.
     #[arg(long)]
     pub series: Vec<String>,
     /// Output directory (default target/send).
