@@ -4,7 +4,7 @@
 //! commands instead of one per slot.
 //!
 //! - `UBLK_U_IO_PREP_IO_CMDS` offers a set of io slots, named in an array of elements, for their
-//!   first requests ([`prep`]): each becomes [`IoState::Prepared`].
+//!   first requests ([`prep`]): each becomes prepared ([`Phase::Prepared`]).
 //! - `UBLK_U_IO_FETCH_IO_CMDS` is a multishot command ([`MultishotCmd`]) that stays with the
 //!   queue: each time requests arrive, it completes once more, with the tags of their io slots
 //!   written to a buffer that the server provided ([`fetch`], [`deliver`]).
@@ -13,18 +13,18 @@
 //!
 //! # The event queue
 //!
-//! A request that blk-mq queues ([`queue_rq`]) makes its io slot [`IoState::Queued`], and its tag
-//! goes to the queue's event queue ([`Events`]): a ring of tags, and the fetch commands of the
-//! server waiting to deliver them. One fetch command at a time is *active*: it is taken out of
+//! A request that blk-mq queues ([`queue_rq`]) makes its io slot queued ([`Phase::Queued`]), and
+//! its tag goes to the queue's event queue ([`Events`]): a ring of tags, and the fetch commands of
+//! the server waiting to deliver them. One fetch command at a time is *active*: it is taken out of
 //! the event queue, and delivers tags in the server's task until none is left, then goes back.
 //! The tag of an io slot is in the event queue exactly while the slot is queued, so the ring
 //! never holds more tags than the queue has slots.
 //!
-//! Delivering a tag makes its slot [`IoState::Delivering`], copies the data of a write to the
-//! server's buffer (copy mode) or registers the request's data with the fetch command's ring
-//! (`UBLK_F_AUTO_BUF_REG`), and then makes the slot [`IoState::Serving`]: from there on, user
-//! copies, `UBLK_U_IO_REGISTER_IO_BUF` and the commit work as without batch io. A tag whose
-//! completion cannot be posted goes back to the event queue.
+//! Delivering a tag ([`Phase::Delivering`]) copies the data of a write to the server's buffer
+//! (copy mode) or registers the request's data with the fetch command's ring
+//! (`UBLK_F_AUTO_BUF_REG`), and then the server serves the request ([`Phase::Serving`]): from
+//! there on, user copies, `UBLK_U_IO_REGISTER_IO_BUF` and the commit work as without batch io.
+//! A tag whose completion cannot be posted goes back to the event queue.
 //!
 //! # Locks
 //!
@@ -34,14 +34,16 @@
 use crate::{
     chardev::Cmd,
     device::{Server, UblkDevice},
-    io::{self, Copy, IoState, Served, RES_ABORT},
+    dispatch,
+    io::{self, Copy, Served, RES_ABORT},
     queue::{Queue, QueueState, Rq, Slot},
+    slot::{describe, Phase},
     uapi::{self, AutoBufReg, BatchIo, Elem, IoCmd},
     zerocopy, zoned,
 };
 use kernel::{
     alloc::kvec::InsertError,
-    block::{ReqOp, SECTOR_SHIFT},
+    block::ReqOp,
     io_uring::{IoUringCmdCancel, IssueFlags, Issued, MultishotCmd, QueuedIoUringCmd},
     new_spinlock,
     prelude::*,
@@ -126,10 +128,10 @@ impl TagRing {
 ///
 /// # Invariants
 ///
-/// - Each tag is at most once in `tags`, and the io slot of a tag in `tags` is
-///   [`IoState::Queued`]. A queued slot's tag is in `tags`, or with the active fetch command's
-///   delivery, which took it out and is about to deliver it; or the slot is being failed by
-///   [`abort`], which clears `tags` after.
+/// - Each tag is at most once in `tags`, and the io slot of a tag in `tags` is queued
+///   ([`Phase::Queued`]). A queued slot's tag is in `tags`, or with the active fetch command's
+///   delivery, which took it out and is about to deliver it; or the server is gone, and
+///   [`crate::teardown::abort_all`] failed the slot's request before [`abort`] clears `tags`.
 /// - `active` is true exactly while one fetch command, taken out of `idle` by
 ///   [`Events::acquire`], is owned by a delivery ([`deliver`] or its task work).
 pub(crate) struct Events {
@@ -339,12 +341,7 @@ fn prep_one(
         Server::Detached => return Err(EINVAL),
     };
     // Each io slot is offered once.
-    if !matches!(io.state, IoState::Idle) {
-        return Err(EINVAL);
-    }
-    io.state = IoState::Prepared;
-    io.addr = addr;
-    io.auto_reg = auto_reg;
+    io.prepare(addr, auto_reg)?;
     *nr_fetched += 1;
     Ok(())
 }
@@ -355,12 +352,10 @@ fn unprep_one(queue: &Queue, server: &mut Server, elem: &Elem) {
     let Some(slot) = queue.slot(elem.tag.into()) else {
         return;
     };
-    let mut io = slot.lock();
     // No request reaches the slot before the device starts, which waits for the device lock.
-    if warn_on!(!matches!(io.state, IoState::Prepared)) {
+    if warn_on!(!slot.lock().unprepare()) {
         return;
     }
-    io.state = IoState::Idle;
     if let Server::Attached { nr_fetched, .. } = server {
         *nr_fetched -= 1;
     }
@@ -420,26 +415,12 @@ fn commit_one(
     let slot = elem_slot(dev, queue, elem)?;
     let (served, registered) = {
         let mut io = slot.lock();
-        if !matches!(io.state, IoState::Serving(_)) {
+        if io.phase() != Phase::Serving {
             return Err(EBUSY);
         }
         let (addr, auto_reg) = elem_buf(queue, hdr, elem)?;
-        let served = match io.take() {
-            IoState::Serving(served) => served,
-            other => {
-                io.state = other;
-                return Err(EBUSY);
-            }
-        };
         // The slot waits for its next request, which cannot come before this one ends.
-        io.state = IoState::Prepared;
-        let registered = io
-            .auto_registered
-            .take()
-            .map(|ring| (ring, io.auto_reg.index));
-        io.addr = addr;
-        io.auto_reg = auto_reg;
-        (served, registered)
+        io.start_batch_commit(addr, auto_reg)?
     };
     let (error, bytes) = io::commit_result(queue, &served, elem.result, elem.buf_addr);
     served.set_append_sector(elem.zone_lba);
@@ -533,7 +514,16 @@ pub(crate) fn queue_rq(queue: &Arc<Queue>, rq: ARef<Rq>, last: bool) {
     // CAST: tags are below the depth of the queue, a `u16`.
     let tag = served.tag() as u16;
     let mut io = slot.lock();
-    if queue.state() != QueueState::Serving || !matches!(io.state, IoState::Prepared) {
+    let refused = if queue.state() != QueueState::Serving || io.phase() != Phase::Prepared {
+        Some(served)
+    } else {
+        let Some(desc) = describe(&served, io.addr()) else {
+            drop(io);
+            return served.finish(queue, EOPNOTSUPP.to_errno(), 0);
+        };
+        io.enqueue(served, &desc).err()
+    };
+    if let Some(served) = refused {
         // The server is going away: the request fails, or waits for the next server.
         let served = io.without_server(queue, served, false);
         drop(io);
@@ -542,18 +532,11 @@ pub(crate) fn queue_rq(queue: &Arc<Queue>, rq: ARef<Rq>, last: bool) {
         }
         return;
     }
-    let Some(desc) = io::describe(&served, io.addr) else {
-        drop(io);
-        return served.finish(queue, EOPNOTSUPP.to_errno(), 0);
-    };
-    io.desc.write(&desc);
-    io.state = IoState::Queued(served);
     // INVARIANT: The tag is queued with its slot, under its lock; the slot was not queued, so its
     // tag was not in the ring, which has room for every tag of the queue.
     let pushed = events.lock().tags.push(tag);
     if !pushed {
-        if let IoState::Queued(served) = io.take() {
-            io.state = IoState::Prepared;
+        if let Some(served) = io.dequeue() {
             drop(io);
             served.finish(queue, EIO.to_errno(), 0);
         }
@@ -714,46 +697,30 @@ fn deliver_tag(
         warn_on!(true);
         return false;
     };
-    let (mut served, addr) = {
-        let mut io = slot.lock();
-        match io.take() {
-            IoState::Queued(mut served) => {
-                io.state = IoState::Delivering;
-                // A delivery whose completion could not be posted may have changed the io
-                // descriptor: describe the request afresh, as the C driver does at dispatch.
-                served.len = served.nr_bytes();
-                if let Some(desc) = io::describe(&served, io.addr) {
-                    io.desc.write(&desc);
-                }
-                (served, io.addr)
-            }
-            other => {
-                // Only the tags of queued slots are in the event queue.
-                io.state = other;
-                warn_on!(true);
-                return false;
-            }
-        }
+    // A delivery whose completion could not be posted may have changed the io descriptor: it
+    // is written afresh, as the C driver does at dispatch.
+    let Some((served, addr)) = slot.lock().start_tag_delivery() else {
+        // Only the tags of queued slots are in the event queue.
+        warn_on!(true);
+        return false;
     };
+    let mut part = None;
 
     if queue.copies_data() && served.op() == ReqOp::Write {
         match io::copy_write(&served, addr) {
             Copy::Whole => {}
-            Copy::Part(bytes) => {
-                // The server is told about the part that could be copied; the rest is
-                // dispatched again once it is done.
-                served.len = bytes;
-                slot.lock().desc.set_nr_sectors(bytes >> SECTOR_SHIFT);
-            }
+            // The server is told about the part that could be copied; the rest is dispatched
+            // again once it is done.
+            Copy::Part(bytes) => part = Some(bytes),
             Copy::Nothing => {
                 // As in the C driver, the write is dispatched again a little later, unless a
                 // buffer registered by an earlier delivery still holds it.
                 let mut io = slot.lock();
-                io.state = IoState::Prepared;
                 if io.is_lent() {
                     drop(io);
                     fail_delivery(queue, slot, served);
                 } else {
+                    io.end_tag_delivery();
                     drop(io);
                     served.requeue();
                 }
@@ -768,14 +735,18 @@ fn deliver_tag(
 
     if queue.auto_buf_reg
         && zoned::has_data(served.op())
-        && !io::register_auto(slot, &served, fcmd, issue_flags)
+        && !dispatch::register_auto(slot, &served, fcmd, issue_flags)
         && !slot.lock().need_reg_buf(&served)
     {
         fail_delivery(queue, slot, served);
         return false;
     }
 
-    slot.lock().state = IoState::Serving(served);
+    let mut io = slot.lock();
+    match part {
+        Some(bytes) => io.serve_part(served, bytes),
+        None => io.serve(served),
+    }
     true
 }
 
@@ -785,7 +756,7 @@ fn deliver_tag(
 fn fail_delivery(queue: &Queue, slot: &Slot, served: Served) {
     let served = {
         let mut io = slot.lock();
-        io.state = IoState::Prepared;
+        io.end_tag_delivery();
         io.settle(served, EIO.to_errno(), 0)
     };
     if let Some(served) = served {
@@ -808,17 +779,11 @@ fn undeliver_tag(
     };
     let registered = {
         let mut io = slot.lock();
-        let served = match io.take() {
-            IoState::Serving(served) => served,
-            other => {
-                // The server did not learn about the request, but guessed its tag and committed
-                // it: it ended.
-                io.state = other;
-                return;
-            }
+        // The server did not learn about the request, but may have guessed its tag and
+        // committed it: then it ended.
+        let Some(registered) = io.undeliver() else {
+            return;
         };
-        io.state = IoState::Queued(served);
-        let registered = io.auto_registered.take().map(|_| io.auto_reg.index);
         // INVARIANT: The tag is queued again with its slot, under its lock; the delivery took it
         // out of the ring.
         events.lock().tags.push(tag);
@@ -869,33 +834,10 @@ pub(crate) fn abort(queue: &Queue) {
     let Ok(events) = events(queue) else {
         return;
     };
-    for slot in queue.slots() {
-        let served = {
-            let mut io = slot.lock();
-            match io.take() {
-                // As requests the server owned: the C driver fails them through
-                // `__ublk_fail_req()`.
-                IoState::Queued(served) => io.without_server(queue, served, true),
-                other => {
-                    io.state = other;
-                    None
-                }
-            }
-        };
-        if let Some(served) = served {
-            served.end(queue);
-        }
-    }
+    // `teardown::abort_all` failed the requests of queued slots as those the server owned, as
+    // the C driver does through `__ublk_fail_req()`.
     let mut ev = events.lock();
     ev.tags.clear();
     // Every command of the server completed before its file was released.
     warn_on!(!ev.idle.is_empty() || ev.active);
-}
-
-/// The server is gone: a new server may offer the io slots again.
-pub(crate) fn reset(slot: &Slot) {
-    let mut io = slot.lock();
-    if matches!(io.state, IoState::Prepared) {
-        io.state = IoState::Idle;
-    }
 }

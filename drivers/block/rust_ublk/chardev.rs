@@ -9,10 +9,10 @@
 //! ([`crate::usercopy`]).
 
 use crate::{
-    batch,
+    batch, commit,
     device::{Server, UblkDevice},
     features::F_BATCH_IO,
-    io, iodesc,
+    iodesc, teardown,
     uapi::{self, IoCmd},
     usercopy::{self, UserIter},
     zerocopy,
@@ -132,13 +132,15 @@ impl MiscDevice for CharDev {
             return zerocopy::unregister_io_buf(&dev, &cmd, issue_flags, &io_cmd);
         }
         match uapi::ioc_nr(op) {
-            uapi::IO_FETCH_REQ => io::fetch(&dev, cmd, issue_flags, &io_cmd),
-            uapi::IO_COMMIT_AND_FETCH_REQ => io::commit_and_fetch(&dev, cmd, issue_flags, &io_cmd),
-            uapi::IO_NEED_GET_DATA => io::need_get_data(&dev, cmd, issue_flags, &io_cmd),
+            uapi::IO_FETCH_REQ => commit::fetch(&dev, cmd, issue_flags, &io_cmd),
+            uapi::IO_COMMIT_AND_FETCH_REQ => {
+                commit::commit_and_fetch(&dev, cmd, issue_flags, &io_cmd)
+            }
+            uapi::IO_NEED_GET_DATA => commit::need_get_data(&dev, cmd, issue_flags, &io_cmd),
             uapi::IO_REGISTER_IO_BUF => zerocopy::register_io_buf(&dev, &cmd, issue_flags, &io_cmd),
             // Other commands need features that devices of this driver lack; the C driver first
             // checks that the slot belongs to the calling server task.
-            _ => io::check_owner(&dev, &io_cmd).and(Err(EINVAL)),
+            _ => commit::check_owner(&dev, &io_cmd).and(Err(EINVAL)),
         }
     }
 
@@ -147,6 +149,6 @@ impl MiscDevice for CharDev {
         cmd: IoUringCmdCancel<'_>,
         issue_flags: IssueFlags<'_>,
     ) {
-        io::cancel(&dev, cmd, issue_flags);
+        teardown::cancel(&dev, cmd, issue_flags);
     }
 }

@@ -4,10 +4,9 @@
 
 use crate::{
     features::{F_NO_AUTO_PART_SCAN, F_QUIESCE, F_USER_RECOVERY},
-    io,
     params::{self, Params},
     queue::{self, DiskOps, Queue, QueueState, Queues},
-    shmem,
+    shmem, teardown,
     uapi::{self, DevInfo},
     unpriv::Owner,
 };
@@ -415,7 +414,7 @@ impl UblkDevice {
         if !matches!(state.life, Lifecycle::Live(_)) {
             this.live.store(false, Relaxed);
             if matches!(state.server, Server::Attached { .. }) {
-                io::stop_all(this);
+                teardown::stop_all(this);
             } else if shelved {
                 for queue in this.queues.iter() {
                     queue.set_state(QueueState::Serving);
@@ -453,7 +452,7 @@ impl UblkDevice {
                 Lifecycle::Live(_) => {}
             }
             *this.canceled.lock() = true;
-            io::start_cancel(this);
+            teardown::start_cancel(this);
         }
         // The C driver waits here until each queue has a fetch command that waits for a request,
         // to tell the server through it. Here every command of the server gets
@@ -467,7 +466,7 @@ impl UblkDevice {
                 return Err(EBUSY);
             }
         }
-        io::abort_commands(this);
+        teardown::abort_commands(this);
         Ok(())
     }
 
@@ -579,8 +578,8 @@ impl UblkDevice {
     /// `/dev/ublkcN` yet), and `UBLK_U_CMD_DEL_DEV` waits.
     pub(crate) fn release(this: Arc<Self>) {
         // From now on requests fail, or wait for a new server.
-        io::start_cancel(&this);
-        if io::any_lent(&this) {
+        teardown::start_cancel(&this);
+        if teardown::any_lent(&this) {
             // The file being released holds a reference to the module (its `owner`), so the
             // module is not going away and this does not fail.
             let pin = <crate::RustUblk as ModuleMetadata>::THIS_MODULE.try_get();
@@ -597,7 +596,7 @@ impl UblkDevice {
     /// Finishes [`UblkDevice::release`] once no buffer holds a request of the server any more:
     /// its requests fail, or wait for a new server, and a new server may open `/dev/ublkcN`.
     fn finish_release(this: &Arc<Self>) {
-        io::abort_all(this);
+        teardown::abort_all(this);
         if this.flags & F_USER_RECOVERY == 0 {
             // Without user recovery, a started device dies with its server: its disk goes away,
             // and the device can only be deleted.
@@ -614,7 +613,7 @@ impl UblkDevice {
             } else {
                 Self::wait_for_server(this, &mut state)
             };
-            io::reset_all(this, serving);
+            teardown::reset_all(this, serving);
             state.server = Server::Detached;
             if let Some(u) = &this.queues.unprivileged {
                 u.clear_server();
@@ -708,7 +707,7 @@ impl WorkItem<RELEASE_WORK> for UblkDevice {
     type Pointer = Arc<UblkDevice>;
 
     fn run(this: Arc<UblkDevice>) {
-        if io::any_lent(&this) {
+        if teardown::any_lent(&this) {
             // io_uring still holds requests of the device: look again in a jiffy.
             let _ = workqueue::system_percpu().enqueue_delayed::<Arc<Self>, RELEASE_WORK>(this, 1);
             return;

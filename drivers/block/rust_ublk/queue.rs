@@ -9,14 +9,16 @@
 
 use crate::{
     batch::{self, EventQueue},
+    dispatch,
     features::{
         F_AUTO_BUF_REG, F_BATCH_IO, F_NEED_GET_DATA, F_SHMEM_ZC, F_SUPPORT_RQ_AFFINITY,
         F_SUPPORT_ZERO_COPY, F_UNPRIVILEGED_DEV, F_USER_COPY, F_USER_RECOVERY,
         F_USER_RECOVERY_FAIL_IO, F_USER_RECOVERY_REISSUE, F_ZONED,
     },
-    io::{self, Io},
+    io,
     iodesc::{self, DescPages},
     shmem,
+    slot::Io,
     unpriv::{Owner, Unprivileged},
     zoned,
 };
@@ -153,8 +155,8 @@ pub(crate) struct Queue {
     /// The io slots, one per tag.
     slots: KVec<Pin<KBox<Slot>>>,
     /// The reads whose completion the `fail_io_timeout` fault injection dropped, until they time
-    /// out ([`io::Served::end`], [`DiskOps::timeout`]) or the server goes away
-    /// ([`io::abort_all`]).
+    /// out ([`io::Ending::end`], [`DiskOps::timeout`]) or the server goes away
+    /// ([`crate::teardown::abort_all`]).
     ///
     /// # Invariants
     ///
@@ -376,10 +378,8 @@ impl Queues {
 /// another CPU.
 #[pin_data]
 pub(crate) struct RqResult {
-    /// A negative errno, or 0.
-    pub(crate) error: Atomic<i32>,
-    /// The bytes that the server transferred.
-    pub(crate) bytes: Atomic<u32>,
+    /// The result, for the context that ends the request after it was recorded ([`RqResult::set`]).
+    result: Atomic<u64>,
     /// Where the data of a zone append landed, as the server's commit says.
     pub(crate) append_sector: Atomic<u64>,
     /// For a driver private request that reports zones ([`zoned::report`]): the first sector and
@@ -389,10 +389,19 @@ pub(crate) struct RqResult {
 }
 
 impl RqResult {
-    /// Records the result of a request before it is ended.
+    /// Records the result of a request before it is ended elsewhere: `error`, 0 or a negative
+    /// errno, and the `bytes` that the server transferred.
     pub(crate) fn set(&self, error: i32, bytes: u32) {
-        self.error.store(error, Relaxed);
-        self.bytes.store(bytes, Relaxed);
+        // CAST: The errno is kept as the bits of an `i32`, and read back as one.
+        let error = u64::from(error as u32);
+        self.result.store((u64::from(bytes) << 32) | error, Relaxed);
+    }
+
+    /// Returns the result that [`RqResult::set`] recorded.
+    pub(crate) fn get(&self) -> (i32, u32) {
+        let result = self.result.load(Relaxed);
+        // CAST: The low half holds the bits of the errno, the high half the bytes.
+        ((result as u32) as i32, (result >> 32) as u32)
     }
 }
 
@@ -403,8 +412,7 @@ impl mq::Operations for DiskOps {
 
     fn new_request_data() -> impl PinInit<RqResult, Error> {
         try_pin_init!(RqResult {
-            error: Atomic::new(0),
-            bytes: Atomic::new(0),
+            result: Atomic::new(0),
             append_sector: Atomic::new(0),
             report_sector: Atomic::new(0),
             report_zones: Atomic::new(0),
@@ -418,7 +426,7 @@ impl mq::Operations for DiskOps {
             return Ok(());
         }
         let mut batch = None;
-        io::dispatch(queue, rq, &mut batch);
+        dispatch::dispatch(queue, rq, &mut batch);
         if let Some(batch) = batch {
             batch.submit();
         }
@@ -431,13 +439,12 @@ impl mq::Operations for DiskOps {
         for rq in rqs {
             match queues.get(rq.queue_index() as usize) {
                 Ok(queue) if queue.events.is_some() => batch::queue_rq(queue, rq, false),
-                Ok(queue) => io::dispatch(queue, rq, &mut batch),
+                Ok(queue) => dispatch::dispatch(queue, rq, &mut batch),
                 // The tag set has a hardware queue per ublk queue.
                 Err(e) => {
                     warn_on!(true);
-                    rq.data_ref().set(e.to_errno(), 0);
                     let bh = local_bh_disable();
-                    io::end_request(rq, &bh);
+                    io::end_request(rq, e.to_errno(), 0, &bh);
                 }
             }
         }
@@ -460,8 +467,9 @@ impl mq::Operations for DiskOps {
     fn complete(rq: ARef<Rq>) {
         // In a softirq, where this nests; inline in `io::route_end`'s section; or in process
         // context when a CPU goes offline with completions queued to it.
+        let (error, bytes) = rq.data_ref().get();
         let bh = local_bh_disable();
-        io::end_request(rq, &bh);
+        io::end_request(rq, error, bytes, &bh);
     }
 
     #[cfg(CONFIG_BLK_DEV_ZONED)]

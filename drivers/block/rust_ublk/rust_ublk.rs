@@ -23,7 +23,7 @@
 //!   and a [`device::Server`] (detached, or attached with the count of fetched io slots), both
 //!   under the device lock.
 //! - Each queue ([`queue::Queue`]) has a [`queue::QueueState`] (serving, dead, stopping, failing
-//!   I/O), an atomic, and its io slots ([`io`]), each under its own lock: idle, holding the
+//!   I/O), an atomic, and its io slots ([`slot`]), each under its own lock: idle, holding the
 //!   server's fetch command, or owning a request that is on its way to the server or that the
 //!   server serves. A slot lends its request to user copies and registered buffers, and keeps a
 //!   request that ended while lent parked until the last of them gives it back. [`io`] says who
@@ -96,14 +96,18 @@ use kernel::{
 
 mod batch;
 mod chardev;
+mod commit;
 mod control;
 mod device;
+mod dispatch;
 mod features;
 mod io;
 mod iodesc;
 mod params;
 mod queue;
 mod shmem;
+mod slot;
+mod teardown;
 mod uapi;
 mod unpriv;
 mod usercopy;

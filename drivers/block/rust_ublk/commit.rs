@@ -1,0 +1,183 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The server's io commands for one io slot: `UBLK_U_IO_FETCH_REQ`,
+//! `UBLK_U_IO_COMMIT_AND_FETCH_REQ` and `UBLK_U_IO_NEED_GET_DATA`.
+//!
+//! They run in the server thread that fetched the slot (a command that io_uring issues from a
+//! worker is issued again from that thread, [`crate::chardev`]).
+
+use crate::{
+    chardev::Cmd,
+    device::{Server, UblkDevice},
+    io::{buf_addr, check_buf, commit_result, copy_write, pdu, slot_of, Copy, RES_ABORT},
+    queue::QueueState,
+    slot::Phase,
+    uapi::IoCmd,
+    zerocopy,
+};
+use kernel::{
+    io_uring::{IssueFlags, Issued},
+    prelude::*,
+};
+
+/// Checks that the io slot of a command other than a fetch belongs to the calling server thread
+/// and holds a request, as the C driver does before it looks at the command.
+pub(crate) fn check_owner(dev: &UblkDevice, io_cmd: &IoCmd) -> Result {
+    let (_, slot) = slot_of(dev, io_cmd)?;
+    slot.lock().check_owner()
+}
+
+/// `UBLK_U_IO_FETCH_REQ`: the server offers an io slot for the first time.
+pub(crate) fn fetch<'a>(
+    dev: &UblkDevice,
+    mut cmd: Cmd<'a>,
+    issue_flags: IssueFlags<'a>,
+    io_cmd: &IoCmd,
+) -> Result<Issued<'a>> {
+    let (queue, slot) = slot_of(dev, io_cmd)?;
+
+    check_buf(queue, io_cmd.addr, None)?;
+    let auto_reg = zerocopy::auto_buf_reg(queue, &cmd)?;
+
+    // Serializes fetch commands, and counts them for `UBLK_U_CMD_START_DEV`.
+    let mut state = dev.state.lock();
+    {
+        let io = slot.lock();
+        if queue.state() == QueueState::Stopping {
+            return Err(RES_ABORT);
+        }
+        // Fetching is over once every io slot was fetched.
+        match state.server {
+            Server::Attached { nr_fetched, .. } if nr_fetched == dev.nr_ios() => return Err(EBUSY),
+            Server::Attached { .. } => {}
+            // A command keeps `/dev/ublkcN` open, so the server is attached.
+            Server::Detached => return Err(EINVAL),
+        }
+        // Each io slot is fetched once.
+        if io.phase() != Phase::Idle {
+            return Err(EINVAL);
+        }
+    }
+
+    cmd.write_pdu(&pdu(io_cmd.q_id, io_cmd.tag));
+    let (cmd, queued) = cmd.queue_cancelable(issue_flags);
+    // The device lock keeps the slot idle: only fetch commands, under it, leave that phase.
+    let fetched = slot
+        .lock()
+        .fetch(cmd, buf_addr(queue, io_cmd, auto_reg), auto_reg);
+    let old_task = match fetched {
+        Ok(old_task) => old_task,
+        Err(cmd) => {
+            drop(state);
+            cmd.done(Err(EINVAL), issue_flags);
+            return Ok(queued.into());
+        }
+    };
+    if let Server::Attached { nr_fetched, .. } = &mut state.server {
+        *nr_fetched += 1;
+    }
+    UblkDevice::fetched_by_current(&mut state.server);
+    state.mark_fetched(dev, queue, io_cmd.q_id, 1);
+    if state.nr_fetched() == dev.nr_ios() {
+        dev.ready.notify_all();
+    }
+    drop(state);
+    drop(old_task);
+    Ok(queued.into())
+}
+
+/// `UBLK_U_IO_COMMIT_AND_FETCH_REQ`: the server reports the result of a request and offers the
+/// io slot again.
+pub(crate) fn commit_and_fetch<'a>(
+    dev: &UblkDevice,
+    mut cmd: Cmd<'a>,
+    issue_flags: IssueFlags<'a>,
+    io_cmd: &IoCmd,
+) -> Result<Issued<'a>> {
+    let (queue, slot) = slot_of(dev, io_cmd)?;
+
+    let (served, registered, auto_reg) = {
+        let mut io = slot.lock();
+        io.check_owner()?;
+        // A write whose buffer the server was asked for takes `UBLK_U_IO_NEED_GET_DATA` first.
+        let op = io.serving().ok_or(EINVAL)?.op();
+        check_buf(queue, io_cmd.addr, Some(op))?;
+        let auto_reg = zerocopy::auto_buf_reg(queue, &cmd)?;
+        let (served, registered) = io.start_commit(auto_reg)?;
+        (served, registered, auto_reg)
+    };
+    let (error, bytes) = commit_result(queue, &served, io_cmd.result, io_cmd.addr);
+    served.set_append_sector(io_cmd.addr);
+
+    // The buffer registered automatically goes, unless the server sent the commit through
+    // another ring, as the C driver does: the server must then unregister it itself.
+    if let Some((ring, index)) = registered {
+        if ring == cmd.ring() {
+            // A buffer that the server unregistered already is no error.
+            let _ = cmd.unregister_buffer(index.into(), issue_flags);
+        }
+    }
+
+    // Offer the slot again before the request ends, which may free its tag for the next request.
+    cmd.write_pdu(&pdu(io_cmd.q_id, io_cmd.tag));
+    let (fetch, queued) = cmd.queue_cancelable(issue_flags);
+    let (aborted, served) = {
+        let mut io = slot.lock();
+        let aborted = io.rearm(queue, fetch, buf_addr(queue, io_cmd, auto_reg));
+        (aborted, io.settle(served, error, bytes))
+    };
+    if let Some(served) = served {
+        served.end(queue);
+    }
+    if let Some(fetch) = aborted {
+        fetch.done(Err(RES_ABORT), issue_flags);
+    }
+    Ok(queued.into())
+}
+
+/// `UBLK_U_IO_NEED_GET_DATA`: the server names the buffer for the data of a write that it was
+/// asked about (`UBLK_F_NEED_GET_DATA`), and the driver copies the data there.
+///
+/// The command completes with 0 once the data is in the buffer, as much of it as could be copied
+/// (the io descriptor says how much). If none could, the command waits, as a fetch, for the
+/// write to be dispatched again, or the write fails if the buffer is not user memory.
+pub(crate) fn need_get_data<'a>(
+    dev: &UblkDevice,
+    mut cmd: Cmd<'a>,
+    issue_flags: IssueFlags<'a>,
+    io_cmd: &IoCmd,
+) -> Result<Issued<'a>> {
+    let (queue, slot) = slot_of(dev, io_cmd)?;
+    let served = {
+        let mut io = slot.lock();
+        io.check_owner()?;
+        // Only a write that the server was asked about takes this command.
+        io.start_get_data()?
+    };
+
+    let copy = copy_write(&served, io_cmd.addr);
+    let part = match copy {
+        Copy::Whole => Some(None),
+        Copy::Part(bytes) => Some(Some(bytes)),
+        Copy::Nothing | Copy::Invalid => None,
+    };
+    if let Some(part) = part {
+        slot.lock().serve_got_data(served, io_cmd.addr, part);
+        return Ok(Issued::Done(0));
+    }
+
+    // The command waits for the next request of the slot, as a fetch does.
+    cmd.write_pdu(&pdu(io_cmd.q_id, io_cmd.tag));
+    let (fetch, queued) = cmd.queue_cancelable(issue_flags);
+    let aborted = slot.lock().rearm(queue, fetch, io_cmd.addr);
+    match copy {
+        // As in the C driver, the write is dispatched again a little later.
+        Copy::Nothing => served.requeue(),
+        // As at dispatch, a buffer that is not user memory does not become one later.
+        _ => served.finish(queue, EIO.to_errno(), 0),
+    }
+    if let Some(fetch) = aborted {
+        fetch.done(Err(RES_ABORT), issue_flags);
+    }
+    Ok(queued.into())
+}

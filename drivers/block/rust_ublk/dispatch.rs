@@ -1,0 +1,308 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! From blk-mq to the server: a request reaches the server thread that fetched its io slot.
+//!
+//! [`dispatch`] runs in `queue_rq` or `queue_rqs`: it writes the io descriptor and hands the
+//! request to the server's task through the slot's fetch command. [`deliver`] runs in that task:
+//! it copies the data of a write to the server's buffer in copy mode, or registers the data as a
+//! fixed buffer (`UBLK_F_AUTO_BUF_REG`), then completes the fetch command.
+//!
+//! The requests that blk-mq queues together (a plug flushed through `queue_rqs`) reach the
+//! server's task in one task work per thread and ring ([`Batch`]): the slots of a batch are
+//! chained by tag, each one naming the next, and the task work of the first command delivers
+//! them all. The chain lives in the slots, so a batch allocates nothing.
+
+use crate::{
+    io::{copy_write, pdu_tag, Copy, Served, RES_ABORT},
+    queue::{DiskOps, Queue, QueueState, Rq, Slot},
+    slot::describe,
+    uapi, zerocopy, zoned,
+};
+use kernel::{
+    block::ReqOp,
+    io_uring::{IssueFlags, QueuedIoUringCmd},
+    prelude::*,
+    sync::{aref::ARef, Arc},
+    task::Task,
+    warn_on,
+};
+
+/// Requests handed to the same server thread, on the same ring, that reach it in one task work.
+///
+/// The io slots of a batch are dispatched, each naming the next; the first one's fetch command is
+/// kept here until the batch is submitted, and its task work delivers them all.
+#[must_use = "the first io slot of a batch waits until the batch is submitted"]
+pub(crate) struct Batch<'a> {
+    queue: &'a Arc<Queue>,
+    /// The fetch command of the first io slot.
+    head: QueuedIoUringCmd,
+    /// The server thread that fetched the io slots; only compared, never dereferenced.
+    task: *const Task,
+    /// The tag of the last io slot.
+    tail: u16,
+}
+
+impl Batch<'_> {
+    /// Whether the request of an io slot whose fetch command is `cmd`, sent by `task`, can reach
+    /// the server in this batch's task work.
+    fn takes(&self, queue: &Arc<Queue>, task: *const Task, cmd: &QueuedIoUringCmd) -> bool {
+        Arc::ptr_eq(self.queue, queue) && self.task == task && self.head.same_ring(cmd)
+    }
+
+    /// Hands the batch to the server's task.
+    pub(crate) fn submit(self) {
+        self.head.complete_in_task_with(self.queue.clone(), deliver);
+    }
+}
+
+/// Hands `rq` to the server through the fetch command of its io slot (`ublk_queue_rq()`,
+/// `ublk_queue_rqs()`).
+///
+/// The request goes in `batch` if it can, or starts a new batch, and the one it replaces is
+/// submitted. The caller submits the last batch.
+pub(crate) fn dispatch<'a>(queue: &'a Arc<Queue>, rq: ARef<Rq>, batch: &mut Option<Batch<'a>>) {
+    let served = Served::new(queue, rq);
+    let Some(slot) = queue.slot(served.tag() as usize) else {
+        return served.finish(queue, EIO.to_errno(), 0);
+    };
+    // CAST: tags are below the depth of the queue, a `u16`.
+    let tag = served.tag() as u16;
+    let mut io = slot.lock();
+    let refused = if queue.state() == QueueState::Serving {
+        let Some(desc) = describe(&served, io.addr()) else {
+            drop(io);
+            return served.finish(queue, EOPNOTSUPP.to_errno(), 0);
+        };
+        io.dispatch(served, &desc).err()
+    } else {
+        Some(served)
+    };
+    if let Some(served) = refused {
+        // The server is going away, and has no command to hand the request over with: the
+        // request fails, or waits for the next server.
+        let served = io.without_server(queue, served, false);
+        drop(io);
+        if let Some(served) = served {
+            served.end(queue);
+        }
+        return;
+    }
+    let task = io.task_ptr();
+    let joins = match (batch.as_ref(), io.cmd()) {
+        (Some(b), Some(cmd)) => b.takes(queue, task, cmd),
+        _ => false,
+    };
+    if joins {
+        drop(io);
+        if let Some(b) = batch {
+            if let Some(tail) = queue.slot(b.tail.into()) {
+                tail.lock().link(tag);
+            }
+            b.tail = tag;
+        }
+        return;
+    }
+    let Some(head) = io.take_head_cmd() else {
+        // A dispatched slot holds its fetch command.
+        warn_on!(true);
+        return;
+    };
+    drop(io);
+    let full = batch.replace(Batch {
+        queue,
+        head,
+        task,
+        tail: tag,
+    });
+    if let Some(full) = full {
+        full.submit();
+    }
+}
+
+/// Completes the fetch commands of a batch of requests in the server's task, after copying the
+/// data of writes to the server's buffers (`ublk_dispatch_req()`).
+///
+/// `head` is the fetch command of the first io slot of the batch.
+fn deliver(head: QueuedIoUringCmd, queue: Arc<Queue>, issue_flags: IssueFlags<'_>) {
+    let mut tag = pdu_tag(head.read_pdu());
+    let mut head = Some(head);
+    while let Some(slot) = queue.slot(tag) {
+        match deliver_one(&queue, slot, &mut head, issue_flags) {
+            Some(next) => tag = next.into(),
+            None => break,
+        }
+    }
+    // Only `dispatch` hands a command to this function, with its slot at the head of a chain of
+    // dispatched slots, which takes it.
+    if let Some(head) = head {
+        warn_on!(true);
+        head.done(Err(RES_ABORT), issue_flags);
+    }
+}
+
+/// Delivers the request of `slot`, a dispatched io slot of a batch, through its fetch command, or
+/// `head` (the fetch command of the first slot of the batch, until that slot takes it). Returns
+/// the tag of the next slot of the batch.
+fn deliver_one(
+    queue: &Queue,
+    slot: &Slot,
+    head: &mut Option<QueuedIoUringCmd>,
+    issue_flags: IssueFlags<'_>,
+) -> Option<u16> {
+    let mut io = slot.lock();
+    // Only the first slot of a batch has no command of its own.
+    let delivery = if io.cmd().is_none() && head.is_none() {
+        None
+    } else {
+        io.start_delivery()
+    };
+    // A batch is a chain of dispatched slots.
+    let Some(delivery) = delivery else {
+        warn_on!(true);
+        return None;
+    };
+    let (served, next) = (delivery.served, delivery.next);
+    // Checked above.
+    let cmd = delivery.cmd.or_else(|| head.take())?;
+
+    // The server's task is exiting: the request cannot be served, and fails, or waits for the
+    // next server if the device recovers. The command completes with `UBLK_IO_RES_ABORT`, and
+    // the slot is free for the next server to fetch.
+    if issue_flags.is_task_work_canceled() {
+        io.abort_delivery();
+        let ending = io.without_server(queue, served, false);
+        drop(io);
+        cmd.done(Err(RES_ABORT), issue_flags);
+        if let Some(ending) = ending {
+            ending.end(queue);
+        }
+        return next;
+    }
+    if queue.auto_buf_reg && zoned::has_data(served.op()) {
+        // The buffer is registered with the server's ring before it learns about the request.
+        drop(io);
+        deliver_registered(queue, slot, served, cmd, issue_flags);
+        return next;
+    }
+    if served.op() != ReqOp::Write || !queue.copies_data() {
+        // No data to copy, or the server copies it: the server gets the request at once.
+        io.serve(served);
+        drop(io);
+        cmd.done(Ok(0), issue_flags);
+        return next;
+    }
+    if queue.need_get_data {
+        // The server names the buffer for the write's data first.
+        io.ask_for_buffer(served);
+        drop(io);
+        cmd.done(Ok(uapi::IO_RES_NEED_GET_DATA), issue_flags);
+        return next;
+    }
+    let addr = io.addr();
+    drop(io);
+    deliver_write(queue, slot, served, cmd, addr, issue_flags);
+    next
+}
+
+/// Copies the data of `served`, a write of `slot`, to the server's buffer at `addr`, then
+/// completes the slot's fetch command `cmd`.
+fn deliver_write(
+    queue: &Queue,
+    slot: &Slot,
+    served: Served,
+    cmd: QueuedIoUringCmd,
+    addr: u64,
+    issue_flags: IssueFlags<'_>,
+) {
+    let copy = copy_write(&served, addr);
+
+    let mut io = slot.lock();
+    match copy {
+        Copy::Whole => {
+            io.serve(served);
+            drop(io);
+            cmd.done(Ok(0), issue_flags);
+        }
+        Copy::Part(bytes) => {
+            // Part of a write could be copied: the server is told about that part only, and the
+            // rest is dispatched again once it is done (`end_request()`).
+            io.serve_part(served, bytes);
+            drop(io);
+            cmd.done(Ok(0), issue_flags);
+        }
+        Copy::Nothing => {
+            // As in the C driver, the write is dispatched again a little later (the server's
+            // buffer may be paged in by then), and the command waits for it.
+            let aborted = io.rearm_same(queue, cmd);
+            drop(io);
+            served.requeue();
+            if let Some(cmd) = aborted {
+                cmd.done(Err(RES_ABORT), issue_flags);
+            }
+        }
+        Copy::Invalid => {
+            // The request fails; the command waits for the next request.
+            let aborted = io.rearm_same(queue, cmd);
+            let served = io.settle(served, EIO.to_errno(), 0);
+            drop(io);
+            if let Some(cmd) = aborted {
+                cmd.done(Err(RES_ABORT), issue_flags);
+            }
+            if let Some(served) = served {
+                served.end(queue);
+            }
+        }
+    }
+}
+
+/// Delivers a request with data on a device with `UBLK_F_AUTO_BUF_REG`: registers its buffer with
+/// the ring of its fetch command `cmd`, at the index that the server named, then completes `cmd`.
+///
+/// If the registration fails, the server registers the buffer itself where it asked for that
+/// (`UBLK_AUTO_BUF_REG_FALLBACK`: the io descriptor says `UBLK_IO_F_NEED_REG_BUF`); otherwise the
+/// request fails, as in the C driver, and `cmd` waits for the slot's next request.
+fn deliver_registered(
+    queue: &Queue,
+    slot: &Slot,
+    served: Served,
+    cmd: QueuedIoUringCmd,
+    issue_flags: IssueFlags<'_>,
+) {
+    let registered = register_auto(slot, &served, &cmd, issue_flags);
+
+    let mut io = slot.lock();
+    if registered || io.need_reg_buf(&served) {
+        io.serve(served);
+        drop(io);
+        cmd.done(Ok(0), issue_flags);
+    } else {
+        let aborted = io.rearm_same(queue, cmd);
+        let served = io.settle(served, EIO.to_errno(), 0);
+        drop(io);
+        if let Some(served) = served {
+            served.end(queue);
+        }
+        if let Some(cmd) = aborted {
+            cmd.done(Err(RES_ABORT), issue_flags);
+        }
+    }
+}
+
+/// Registers the data of `served`, the request of `slot`, with the ring of `cmd` at the index
+/// that the slot names (`UBLK_F_AUTO_BUF_REG`), and returns whether that worked.
+///
+/// The slot, which the caller must not hold locked, lends the request to the buffer, and records
+/// the ring, which the commit of the request unregisters the buffer from.
+pub(crate) fn register_auto(
+    slot: &Slot,
+    served: &Served,
+    cmd: &QueuedIoUringCmd,
+    issue_flags: IssueFlags<'_>,
+) -> bool {
+    let (rq, index) = slot.lock().lend_auto(served);
+    let registered = cmd
+        .register_request_buffer::<DiskOps, zerocopy::BufRelease>(rq, index.into(), issue_flags)
+        .is_ok();
+    slot.lock().registered_auto(registered.then(|| cmd.ring()));
+    registered
+}

@@ -1,0 +1,665 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The state machine of an io slot.
+//!
+//! ```text
+//!            FETCH_REQ              queue_rq              task work        COMMIT_AND_FETCH_REQ
+//!   Idle ---------------> Fetched ----------> Dispatched ----------> Delivering ----> Serving
+//!    ^                     ^  |                                     |      ^     |      |
+//!    |                     |  | cancel, stop                        |      |     |      v
+//!    |    new server       |  v                    NEED_GET_DATA    |      |     |  Committing
+//!    +------------------ Aborted               NeedGetData <--------+      |     |      |
+//!                          ^                        +----------------------+     |      |
+//!                          +-----------------------------------------------------+------+
+//!                             re-armed while the queue is not served
+//!
+//!   UBLK_F_BATCH_IO:  Idle --PREP_IO_CMDS--> Prepared --queue_rq--> Queued --fetch--> Delivering
+//!                     --> Serving --COMMIT_IO_CMDS--> Prepared
+//! ```
+//!
+//! The phase is a plain value, and what a phase owns (the server's command, the request) is kept
+//! beside it, so that a change of phase is a store and runs no destructor. Each transition is a
+//! method of [`Io`], which checks the phase it starts from; nothing else changes the phase.
+
+use crate::{
+    io::{Ending, Served},
+    iodesc::DescWriter,
+    queue::{NoServer, Queue, QueueState, Rq},
+    uapi::{self, AutoBufReg, IoDesc},
+    zoned,
+};
+use kernel::{
+    block::{ReqOp, SECTOR_SHIFT},
+    current,
+    io_uring::{QueuedIoUringCmd, RingId},
+    prelude::*,
+    sync::aref::ARef,
+    task::Task,
+    warn_on,
+};
+
+/// Where an io slot is in its cycle.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Phase {
+    /// The server has no command for the slot.
+    Idle,
+    /// The server waits for a request with the slot's fetch command.
+    Fetched,
+    /// A request was handed to the server's task, which completes the fetch command
+    /// ([`crate::dispatch`]).
+    Dispatched,
+    /// The server's task copies or registers the data of the request, which it took from the
+    /// slot.
+    Delivering,
+    /// The server's commit of the slot's request runs: it took the request from the slot to end
+    /// it, and offers the slot again. No `UBLK_U_IO_FETCH_REQ` takes the slot meanwhile.
+    Committing,
+    /// The server serves the request (`UBLK_IO_FLAG_OWNED_BY_SRV` in the C driver).
+    Serving,
+    /// The server owns the write, and was asked for the buffer of its data, which it names with
+    /// `UBLK_U_IO_NEED_GET_DATA`.
+    NeedGetData,
+    /// The server's command for the slot completed with `UBLK_IO_RES_ABORT`: the server, which is
+    /// going away, cannot fetch the slot again; the next server can.
+    Aborted,
+    /// `UBLK_F_BATCH_IO`: the server offered the slot, and it waits for a request. The queue's
+    /// fetch commands deliver its requests ([`crate::batch`]).
+    Prepared,
+    /// `UBLK_F_BATCH_IO`: the slot's request waits in its queue's event queue for a fetch command
+    /// to deliver its tag to the server.
+    Queued,
+}
+
+/// An io slot.
+///
+/// # Invariants
+///
+/// - `cmd` is `Some` in [`Phase::Fetched`], and in [`Phase::Dispatched`] unless the slot is the
+///   first of a batch ([`Io::take_head_cmd`]); `None` in every other phase.
+/// - `served` is `Some` in [`Phase::Dispatched`], [`Phase::Serving`], [`Phase::NeedGetData`]
+///   and [`Phase::Queued`]; `None` in every other phase, when the function that runs the
+///   transition holds the request.
+/// - `lent` counts the references to the slot's request that [`Io::lend`] handed out and that
+///   were not given back yet.
+/// - `lent > 0` while `parked` is `Some`, and the parked request is the slot's only request: it
+///   keeps its tag, so no other request reaches the slot until it ends.
+pub(crate) struct Io {
+    phase: Phase,
+    cmd: Option<QueuedIoUringCmd>,
+    served: Option<Served>,
+    /// In [`Phase::Dispatched`]: the tag of the next io slot of the batch.
+    next: Option<u16>,
+    lent: u32,
+    /// The request, with its result recorded, that ended while it was lent: the last user of it
+    /// ends it.
+    parked: Option<Served>,
+    /// The server's buffer for the data of the slot's requests.
+    addr: u64,
+    /// Where the buffer of the slot's next request goes (`UBLK_F_AUTO_BUF_REG`).
+    auto_reg: AutoBufReg,
+    /// The ring that the buffer of the slot's request was registered with automatically, which
+    /// the commit of the request unregisters it from if it comes through the same ring.
+    auto_registered: Option<RingId>,
+    /// The server thread that fetched the slot, the only one that may send its other commands.
+    task: Option<ARef<Task>>,
+    /// The writer of the slot's io descriptor.
+    desc: DescWriter,
+}
+
+/// What a slot hands to the task work that delivers its request.
+pub(crate) struct Delivery {
+    pub(crate) served: Served,
+    /// The slot's own fetch command, unless it is the first slot of its batch.
+    pub(crate) cmd: Option<QueuedIoUringCmd>,
+    /// The tag of the next io slot of the batch.
+    pub(crate) next: Option<u16>,
+}
+
+/// Returns whether `task` is the calling thread.
+fn is_current(task: &Task) -> bool {
+    core::ptr::eq(task, &**current!())
+}
+
+impl Io {
+    pub(crate) fn new(desc: DescWriter) -> Self {
+        // INVARIANT: `Idle` holds no command and no request, and nothing is lent.
+        Self {
+            phase: Phase::Idle,
+            cmd: None,
+            served: None,
+            next: None,
+            lent: 0,
+            parked: None,
+            addr: 0,
+            auto_reg: AutoBufReg::default(),
+            auto_registered: None,
+            task: None,
+            desc,
+        }
+    }
+
+    /// Returns the phase of the slot.
+    pub(crate) fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// Returns the server's buffer for the data of the slot's requests.
+    pub(crate) fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    /// Returns the server thread that fetched the slot, if any; only compared, never
+    /// dereferenced.
+    pub(crate) fn task_ptr(&self) -> *const Task {
+        self.task
+            .as_deref()
+            .map_or(core::ptr::null(), core::ptr::from_ref)
+    }
+
+    /// Returns the slot's fetch command, while the slot waits with one for its request or its
+    /// request waits for the task work of its batch.
+    pub(crate) fn cmd(&self) -> Option<&QueuedIoUringCmd> {
+        self.cmd.as_ref()
+    }
+
+    /// Returns the request that the server serves, if it does.
+    pub(crate) fn serving(&self) -> Option<&Served> {
+        match self.phase {
+            Phase::Serving => self.served.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// Checks that the slot belongs to the calling server thread and that the server owns its
+    /// request, as the C driver does before it looks at a command other than a fetch.
+    pub(crate) fn check_owner(&self) -> Result {
+        if !self.is_own_thread() {
+            return Err(EINVAL);
+        }
+        match self.phase {
+            Phase::Serving | Phase::NeedGetData => Ok(()),
+            _ => Err(EBUSY),
+        }
+    }
+
+    /// Returns whether the calling thread is the server thread that fetched the slot.
+    pub(crate) fn is_own_thread(&self) -> bool {
+        self.task.as_deref().is_some_and(is_current)
+    }
+
+    /// Checks that the server was not asked for the buffer of the slot's write
+    /// (`UBLK_F_NEED_GET_DATA`), which only `UBLK_U_IO_NEED_GET_DATA` answers.
+    pub(crate) fn check_not_need_get_data(&self) -> Result {
+        match self.phase {
+            Phase::NeedGetData => Err(EINVAL),
+            _ => Ok(()),
+        }
+    }
+
+    /// `Idle` -> `Fetched`: keeps `cmd`, the first fetch command of the calling server thread
+    /// for the slot, with the buffer `addr` and `auto_reg` for its requests, and returns the
+    /// thread that fetched the slot before, whose reference the caller puts without the lock.
+    ///
+    /// The caller checked that the slot is idle; a slot that is not keeps its state, and `cmd`
+    /// is returned.
+    pub(crate) fn fetch(
+        &mut self,
+        cmd: QueuedIoUringCmd,
+        addr: u64,
+        auto_reg: AutoBufReg,
+    ) -> Result<Option<ARef<Task>>, QueuedIoUringCmd> {
+        if warn_on!(self.phase != Phase::Idle) {
+            return Err(cmd);
+        }
+        self.addr = addr;
+        self.auto_reg = auto_reg;
+        // INVARIANT: `Fetched` holds the command.
+        self.cmd = Some(cmd);
+        self.phase = Phase::Fetched;
+        Ok(self.task.replace(ARef::from(&**current!())))
+    }
+
+    /// `Idle` -> `Prepared` (`UBLK_F_BATCH_IO`): the server offers the slot, with the buffer
+    /// `addr` and `auto_reg` for its requests. `EINVAL` if the slot was offered already.
+    pub(crate) fn prepare(&mut self, addr: u64, auto_reg: AutoBufReg) -> Result {
+        if self.phase != Phase::Idle {
+            return Err(EINVAL);
+        }
+        self.phase = Phase::Prepared;
+        self.addr = addr;
+        self.auto_reg = auto_reg;
+        Ok(())
+    }
+
+    /// `Prepared` -> `Idle`: takes back an offer that [`Io::prepare`] took.
+    pub(crate) fn unprepare(&mut self) -> bool {
+        if self.phase != Phase::Prepared {
+            return false;
+        }
+        self.phase = Phase::Idle;
+        true
+    }
+
+    /// `Fetched` -> `Dispatched`: hands `served` to the server's task through the slot's fetch
+    /// command, after writing its descriptor `desc`. The command stays in the slot (the first
+    /// slot of a batch gives it to the batch, [`Io::take_head_cmd`]). If the slot has no fetch
+    /// command, `served` is returned.
+    pub(crate) fn dispatch(&mut self, served: Served, desc: &IoDesc) -> Result<(), Served> {
+        if self.phase != Phase::Fetched {
+            return Err(served);
+        }
+        self.desc.write(desc);
+        // INVARIANT: `Dispatched` holds the request, and the command.
+        self.served = Some(served);
+        self.next = None;
+        self.phase = Phase::Dispatched;
+        Ok(())
+    }
+
+    /// Takes the fetch command of a dispatched slot, the first of its batch, whose task work
+    /// delivers the batch.
+    pub(crate) fn take_head_cmd(&mut self) -> Option<QueuedIoUringCmd> {
+        if self.phase != Phase::Dispatched {
+            return None;
+        }
+        // INVARIANT: The first slot of a batch may hold no command while dispatched.
+        self.cmd.take()
+    }
+
+    /// Chains the dispatched slot `next` after this one, the last of its batch so far.
+    pub(crate) fn link(&mut self, next: u16) {
+        // The batch's task work is not queued yet, so its slots stay dispatched.
+        if !warn_on!(self.phase != Phase::Dispatched) {
+            self.next = Some(next);
+        }
+    }
+
+    /// `Dispatched` -> `Delivering`: the task work of the batch takes the request, the fetch
+    /// command and the link to the next slot.
+    pub(crate) fn start_delivery(&mut self) -> Option<Delivery> {
+        if self.phase != Phase::Dispatched {
+            return None;
+        }
+        let served = self.served.take()?;
+        // INVARIANT: `Delivering` holds neither the command nor the request.
+        self.phase = Phase::Delivering;
+        Some(Delivery {
+            served,
+            cmd: self.cmd.take(),
+            next: self.next.take(),
+        })
+    }
+
+    /// `Prepared` -> `Queued` (`UBLK_F_BATCH_IO`): `served` waits in the queue's event queue,
+    /// after its descriptor `desc` was written. If the slot was not offered, `served` is
+    /// returned.
+    pub(crate) fn enqueue(&mut self, served: Served, desc: &IoDesc) -> Result<(), Served> {
+        if self.phase != Phase::Prepared {
+            return Err(served);
+        }
+        self.desc.write(desc);
+        // INVARIANT: `Queued` holds the request.
+        self.served = Some(served);
+        self.phase = Phase::Queued;
+        Ok(())
+    }
+
+    /// `Queued` -> `Prepared`: takes back the request that [`Io::enqueue`] queued.
+    pub(crate) fn dequeue(&mut self) -> Option<Served> {
+        if self.phase != Phase::Queued {
+            return None;
+        }
+        self.phase = Phase::Prepared;
+        self.served.take()
+    }
+
+    /// `Queued` -> `Delivering`: a fetch command takes the request to deliver its tag, and the
+    /// descriptor is written afresh (a delivery whose completion could not be posted may have
+    /// changed it). Returns the request and the server's buffer.
+    pub(crate) fn start_tag_delivery(&mut self) -> Option<(Served, u64)> {
+        if self.phase != Phase::Queued {
+            return None;
+        }
+        let mut served = self.served.take()?;
+        self.phase = Phase::Delivering;
+        served.len = served.nr_bytes();
+        if let Some(desc) = describe(&served, self.addr) {
+            self.desc.write(&desc);
+        }
+        Some((served, self.addr))
+    }
+
+    /// `Delivering` -> `Serving`: the server gets the request.
+    pub(crate) fn serve(&mut self, served: Served) {
+        warn_on!(self.phase != Phase::Delivering);
+        // INVARIANT: `Serving` holds the request.
+        self.served = Some(served);
+        self.phase = Phase::Serving;
+    }
+
+    /// `Delivering` -> `Serving`, for a write of which only `bytes` could be copied to the
+    /// server's buffer: the server is told about that part only, and the rest is dispatched
+    /// again once it is done.
+    pub(crate) fn serve_part(&mut self, mut served: Served, bytes: u32) {
+        served.len = bytes;
+        self.desc.set_nr_sectors(bytes >> SECTOR_SHIFT);
+        self.serve(served);
+    }
+
+    /// `Delivering` -> `NeedGetData`: the server is asked for the buffer of the write's data.
+    pub(crate) fn ask_for_buffer(&mut self, served: Served) {
+        warn_on!(self.phase != Phase::Delivering);
+        // INVARIANT: `NeedGetData` holds the request.
+        self.served = Some(served);
+        self.phase = Phase::NeedGetData;
+    }
+
+    /// `NeedGetData` -> `Delivering`: `UBLK_U_IO_NEED_GET_DATA` takes the write to copy its data.
+    /// `EINVAL` if the server was not asked for a buffer.
+    pub(crate) fn start_get_data(&mut self) -> Result<Served> {
+        if self.phase != Phase::NeedGetData {
+            return Err(EINVAL);
+        }
+        let served = self.served.take().ok_or(EINVAL)?;
+        self.phase = Phase::Delivering;
+        Ok(served)
+    }
+
+    /// `Delivering` -> `Serving` after `UBLK_U_IO_NEED_GET_DATA` copied the data of the write to
+    /// the buffer `addr`: all of it, or the first `part` bytes.
+    pub(crate) fn serve_got_data(&mut self, served: Served, addr: u64, part: Option<u32>) {
+        self.addr = addr;
+        // The descriptor of a write whose data lies in a registered buffer keeps naming that
+        // buffer: it says `UBLK_IO_F_SHMEM_ZC`.
+        if served.shmem.is_none() {
+            self.desc.set_addr(addr);
+        }
+        match part {
+            Some(bytes) => self.serve_part(served, bytes),
+            None => self.serve(served),
+        }
+    }
+
+    /// `Serving` -> `Committing`: the server's commit takes the request, and names the buffer
+    /// `auto_reg` of the next one. Returns the request and the ring and index of its buffer
+    /// registered automatically, if any. `EBUSY` if the server does not serve a request in the
+    /// slot.
+    pub(crate) fn start_commit(
+        &mut self,
+        auto_reg: AutoBufReg,
+    ) -> Result<(Served, Option<(RingId, u16)>)> {
+        self.take_committed(Phase::Committing, auto_reg)
+    }
+
+    /// `Serving` -> `Prepared` (`UBLK_F_BATCH_IO`): as [`Io::start_commit`], for a slot whose
+    /// next request reaches the server without a command of its own, and whose buffer is now
+    /// `addr`.
+    pub(crate) fn start_batch_commit(
+        &mut self,
+        addr: u64,
+        auto_reg: AutoBufReg,
+    ) -> Result<(Served, Option<(RingId, u16)>)> {
+        let taken = self.take_committed(Phase::Prepared, auto_reg)?;
+        self.addr = addr;
+        Ok(taken)
+    }
+
+    fn take_committed(
+        &mut self,
+        to: Phase,
+        auto_reg: AutoBufReg,
+    ) -> Result<(Served, Option<(RingId, u16)>)> {
+        if self.phase != Phase::Serving {
+            return Err(EBUSY);
+        }
+        let served = self.served.take().ok_or(EBUSY)?;
+        // INVARIANT: Neither `Committing` nor `Prepared` holds a command or a request.
+        self.phase = to;
+        let registered = self
+            .auto_registered
+            .take()
+            .map(|ring| (ring, self.auto_reg.index));
+        self.auto_reg = auto_reg;
+        Ok((served, registered))
+    }
+
+    /// `Delivering` or `Committing` -> `Fetched`: keeps `fetch`, a command that the server sent
+    /// with the buffer `addr`, to wait for the slot's next request. If the queue is not served
+    /// (the device is stopped or quiesced, or the server is going away), the slot is `Aborted`
+    /// and `fetch` is returned, for the caller to complete with `UBLK_IO_RES_ABORT` once the lock
+    /// is dropped.
+    pub(crate) fn rearm(
+        &mut self,
+        queue: &Queue,
+        fetch: QueuedIoUringCmd,
+        addr: u64,
+    ) -> Option<QueuedIoUringCmd> {
+        warn_on!(!matches!(self.phase, Phase::Delivering | Phase::Committing));
+        // Unlike the C driver, which keeps such a command until io_uring cancels it, a server that
+        // is going away (the device is stopped or quiesced) gets no more requests.
+        if queue.state() != QueueState::Serving {
+            self.phase = Phase::Aborted;
+            return Some(fetch);
+        }
+        self.addr = addr;
+        // INVARIANT: `Fetched` holds the command.
+        self.cmd = Some(fetch);
+        self.phase = Phase::Fetched;
+        None
+    }
+
+    /// As [`Io::rearm`], with the slot's buffer.
+    pub(crate) fn rearm_same(
+        &mut self,
+        queue: &Queue,
+        fetch: QueuedIoUringCmd,
+    ) -> Option<QueuedIoUringCmd> {
+        let addr = self.addr;
+        self.rearm(queue, fetch, addr)
+    }
+
+    /// `Delivering` -> `Aborted`: the server's task exits, and `fetch` completes with
+    /// `UBLK_IO_RES_ABORT`: the slot is free for the next server to fetch.
+    pub(crate) fn abort_delivery(&mut self) {
+        warn_on!(self.phase != Phase::Delivering);
+        self.phase = Phase::Aborted;
+    }
+
+    /// `Delivering` -> `Prepared` (`UBLK_F_BATCH_IO`): the delivery failed, and the slot waits
+    /// for its next request.
+    pub(crate) fn end_tag_delivery(&mut self) {
+        warn_on!(self.phase != Phase::Delivering);
+        self.phase = Phase::Prepared;
+    }
+
+    /// `Serving` -> `Queued` (`UBLK_F_BATCH_IO`): takes back the delivery of the request, whose
+    /// completion could not be posted. Returns whether it was delivered, and the index of its
+    /// buffer registered automatically, which the caller unregisters.
+    pub(crate) fn undeliver(&mut self) -> Option<Option<u16>> {
+        if self.phase != Phase::Serving || self.served.is_none() {
+            return None;
+        }
+        self.phase = Phase::Queued;
+        Some(self.auto_registered.take().map(|_| self.auto_reg.index))
+    }
+
+    /// `Fetched` -> `Aborted`: takes the fetch command, if `pred` says it is the one to abort,
+    /// for the caller to complete with `UBLK_IO_RES_ABORT`.
+    pub(crate) fn abort_fetch(
+        &mut self,
+        pred: impl FnOnce(&QueuedIoUringCmd) -> bool,
+    ) -> Option<QueuedIoUringCmd> {
+        if self.phase != Phase::Fetched || !self.cmd.as_ref().is_some_and(pred) {
+            return None;
+        }
+        self.phase = Phase::Aborted;
+        self.cmd.take()
+    }
+
+    /// `Serving`, `NeedGetData` or `Queued` -> `Idle`: the server that owned the request, or
+    /// would have been told about it, is gone; takes the request. The ring that held a buffer
+    /// registered automatically is gone too.
+    pub(crate) fn take_orphan(&mut self) -> Option<Served> {
+        self.auto_registered = None;
+        match self.phase {
+            Phase::Serving | Phase::NeedGetData | Phase::Queued => {
+                self.phase = Phase::Idle;
+                self.served.take()
+            }
+            _ => None,
+        }
+    }
+
+    /// `Aborted` or `Prepared` -> `Idle`: the server is gone, and a new one may fetch or offer
+    /// the slot. Returns the thread that fetched it, whose reference the caller puts without the
+    /// lock.
+    pub(crate) fn reset(&mut self) -> Option<ARef<Task>> {
+        if matches!(self.phase, Phase::Aborted | Phase::Prepared) {
+            self.phase = Phase::Idle;
+        }
+        self.task.take()
+    }
+
+    /// Lends a reference to the request that the server serves in the slot, with data (a read or
+    /// a write), to a user copy or a registered buffer; `EINVAL` if there is none. The slot
+    /// counts it until it comes back through [`Io::give_back`].
+    pub(crate) fn lend(&mut self) -> Result<ARef<Rq>> {
+        let served = self.serving().ok_or(EINVAL)?;
+        // Only reads and writes, zone appends and reports have data.
+        if !zoned::has_data(served.op()) {
+            return Err(EINVAL);
+        }
+        let rq = served.rq().clone();
+        // INVARIANT: The slot counts this reference in `lent` until it is given back.
+        self.lent += 1;
+        Ok(rq)
+    }
+
+    /// Lends a reference to `served`, the slot's request that the server's task delivers, to the
+    /// buffer that the driver registers with the server's ring (`UBLK_F_AUTO_BUF_REG`). Returns
+    /// it with the index to register it at.
+    pub(crate) fn lend_auto(&mut self, served: &Served) -> (ARef<Rq>, u16) {
+        // INVARIANT: The slot counts this reference in `lent` until it is given back.
+        self.lent += 1;
+        (served.rq().clone(), self.auto_reg.index)
+    }
+
+    /// Records the outcome of the automatic registration of the slot's buffer: the ring it is
+    /// registered with, or, if it failed, the reference it was lent, which the registration
+    /// dropped.
+    pub(crate) fn registered_auto(&mut self, ring: Option<RingId>) {
+        match ring {
+            Some(ring) => self.auto_registered = Some(ring),
+            // The slot may have lent others (a buffer that an earlier delivery of a batch
+            // registered, whose completion could not be posted), which keep the request until
+            // they are given back.
+            None => self.lent -= 1,
+        }
+    }
+
+    /// Returns whether user copies or registered buffers hold the slot's request.
+    pub(crate) fn is_lent(&self) -> bool {
+        self.lent > 0
+    }
+
+    /// Takes back a reference that [`Io::lend`] lent, which the caller dropped. Returns the
+    /// request parked in the slot if this was its last user: the caller ends it.
+    pub(crate) fn give_back(&mut self) -> Option<Ending> {
+        // Every reference lent is counted, and given back once.
+        if warn_on!(self.lent == 0) {
+            return None;
+        }
+        self.lent -= 1;
+        if self.lent == 0 {
+            self.parked.take().map(Ending::recorded)
+        } else {
+            None
+        }
+    }
+
+    /// Records the result of `served`, the slot's request, and returns it to be ended now,
+    /// unless user copies or registered buffers still hold it: then it is parked, and the last
+    /// of them ends it.
+    pub(crate) fn settle(&mut self, served: Served, error: i32, bytes: u32) -> Option<Ending> {
+        // A slot has one request at a time, so none is parked yet.
+        if self.lent == 0 || warn_on!(self.parked.is_some()) {
+            return Some(Ending::new(served, error, bytes));
+        }
+        served.record(error, bytes);
+        // INVARIANT: `lent > 0`, and `served` is the slot's request.
+        self.parked = Some(served);
+        None
+    }
+
+    /// Deals with `served`, the request of the slot, which no server takes (`__ublk_abort_rq()`,
+    /// `__ublk_fail_req()`): puts it aside for the next server, or records its failure and
+    /// returns it to be ended now, unless it is lent (then the last borrower ends it). `owned`
+    /// if the server that went away owned it.
+    pub(crate) fn without_server(
+        &mut self,
+        queue: &Queue,
+        served: Served,
+        owned: bool,
+    ) -> Option<Ending> {
+        // A zone report that the driver sent itself waits for no server: its sender, possibly
+        // `UBLK_U_CMD_START_DEV` holding the device lock that a new server needs, sees it fail.
+        if served.op() == ReqOp::DrvIn {
+            return self.settle(served, EIO.to_errno(), 0);
+        }
+        match queue.no_server(owned) {
+            NoServer::Shelve if self.lent == 0 => {
+                served.shelve();
+                None
+            }
+            // A request that a buffer still holds cannot go back to blk-mq.
+            NoServer::Shelve => self.settle(served, EIO.to_errno(), 0),
+            NoServer::Fail(err) => self.settle(served, err.to_errno(), 0),
+        }
+    }
+
+    /// After a failed automatic registration of the buffer of `served`, the slot's request:
+    /// returns whether the server registers it itself (`UBLK_AUTO_BUF_REG_FALLBACK`), and then
+    /// tells it so in the io descriptor (`UBLK_IO_F_NEED_REG_BUF`). Otherwise the request fails.
+    pub(crate) fn need_reg_buf(&mut self, served: &Served) -> bool {
+        if !self.auto_reg.fallback {
+            return false;
+        }
+        if let Some(mut desc) = describe(served, self.addr) {
+            desc.op_flags |= uapi::IO_F_NEED_REG_BUF;
+            self.desc.write(&desc);
+        }
+        true
+    }
+}
+
+/// Returns the io descriptor of `rq`, whose data goes to or comes from `addr`, unless it lies in
+/// a registered buffer.
+pub(crate) fn describe(rq: &Served, addr: u64) -> Option<IoDesc> {
+    let (op, nr_sectors, start_sector) = match rq.op() {
+        ReqOp::Read => (uapi::IO_OP_READ, rq.nr_sectors(), rq.sector()),
+        ReqOp::Write => (uapi::IO_OP_WRITE, rq.nr_sectors(), rq.sector()),
+        ReqOp::Flush => (uapi::IO_OP_FLUSH, rq.nr_sectors(), rq.sector()),
+        ReqOp::Discard => (uapi::IO_OP_DISCARD, rq.nr_sectors(), rq.sector()),
+        ReqOp::WriteZeroes => (uapi::IO_OP_WRITE_ZEROES, rq.nr_sectors(), rq.sector()),
+        _ => zoned::describe(rq.zoned(), rq)?,
+    };
+    let mut op_flags = op;
+    if rq.is_fua() {
+        op_flags |= uapi::IO_F_FUA;
+    }
+    if rq.op() == ReqOp::WriteZeroes && rq.is_nounmap() {
+        op_flags |= uapi::IO_F_NOUNMAP;
+    }
+    if rq.has_integrity() {
+        op_flags |= uapi::IO_F_INTEGRITY;
+    }
+    if rq.shmem.is_some() {
+        op_flags |= uapi::IO_F_SHMEM_ZC;
+    }
+    Some(IoDesc {
+        op_flags,
+        nr_sectors,
+        start_sector,
+        addr: rq.shmem.unwrap_or(addr),
+    })
+}

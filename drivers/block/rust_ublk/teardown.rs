@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The server goes away, or the device stops: the server's commands complete with
+//! `UBLK_IO_RES_ABORT`, and its requests fail or wait for the next server.
+//!
+//! These paths visit the io slots of a queue one at a time, after changing the queue's state: a
+//! slot either sees the new state under its lock, or is visited after it.
+
+use crate::{
+    batch,
+    device::UblkDevice,
+    io::{end_lost, pdu_queue, pdu_tag, RES_ABORT},
+    queue::QueueState,
+};
+use kernel::{
+    io_uring::{IoUringCmdCancel, IssueFlags},
+    prelude::*,
+};
+
+/// io_uring cancels a command of the server: its ring is torn down or its task exits.
+///
+/// The command completes with `UBLK_IO_RES_ABORT`, and the queue stops taking requests, since
+/// no one serves them any more.
+pub(crate) fn cancel(dev: &UblkDevice, cmd: IoUringCmdCancel<'_>, issue_flags: IssueFlags<'_>) {
+    let pdu = cmd.read_pdu::<u32>();
+    let Ok(queue) = dev.queues.get(pdu_queue(pdu)) else {
+        return;
+    };
+    // As in the C driver, every queue of the device stops taking requests, until the next server.
+    {
+        // Not under the device lock: `UBLK_U_CMD_START_DEV` holds it while a zoned disk reads
+        // its zones from the server, whose exit, which comes through here, fails that read.
+        let mut canceled = dev.canceled.lock();
+        *canceled = true;
+        start_cancel(dev);
+    }
+    if pdu_tag(pdu) == batch::FETCH_TAG.into() {
+        return batch::cancel(queue, &cmd, issue_flags);
+    }
+    let Some(slot) = queue.slot(pdu_tag(pdu)) else {
+        return;
+    };
+    let fetch = slot.lock().abort_fetch(|fetch| cmd.refers_to(fetch));
+    if let Some(fetch) = fetch {
+        fetch.done(Err(RES_ABORT), issue_flags);
+    }
+}
+
+/// The server is going away: requests of every queue fail from now on, or wait for the next
+/// server (the C driver's `ublk_start_cancel()`).
+pub(crate) fn start_cancel(dev: &UblkDevice) {
+    for queue in dev.queues.iter() {
+        queue.fail_requests();
+    }
+}
+
+/// The server closed `/dev/ublkcN`, and io_uring released every buffer that held its requests
+/// ([`any_lent`]): the requests it was serving fail, or, with user recovery, wait for the next
+/// server (`ublk_abort_queue()`). Reads whose completion the fault injection dropped fail with
+/// `EIO` instead of waiting for their timer.
+///
+/// Every command of the server completed before (a command keeps the file open), so no io slot
+/// is dispatched or delivering any more.
+pub(crate) fn abort_all(dev: &UblkDevice) {
+    start_cancel(dev);
+    for queue in dev.queues.iter() {
+        for slot in queue.slots() {
+            let served = {
+                let mut io = slot.lock();
+                io.take_orphan()
+                    .and_then(|served| io.without_server(queue, served, true))
+            };
+            if let Some(served) = served {
+                served.end(queue);
+            }
+        }
+        batch::abort(queue);
+        while let Some(rq) = queue.pop_lost() {
+            end_lost(queue, rq, EIO);
+        }
+    }
+}
+
+/// Returns whether a request of the device is lent: a user copy or a registered buffer holds it.
+pub(crate) fn any_lent(dev: &UblkDevice) -> bool {
+    dev.queues
+        .iter()
+        .any(|queue| queue.slots().any(|slot| slot.lock().is_lent()))
+}
+
+/// The server is gone: a new server may fetch the io slots again.
+///
+/// Unless `serving`, the queues keep their state (a started device that recovers: its requests
+/// wait or fail until the new server fetched every io slot of their queue).
+pub(crate) fn reset_all(dev: &UblkDevice, serving: bool) {
+    for queue in dev.queues.iter() {
+        if serving {
+            queue.set_state(QueueState::Serving);
+        }
+        for slot in queue.slots() {
+            // The task reference is not put under the lock.
+            let task = slot.lock().reset();
+            drop(task);
+        }
+    }
+}
+
+/// The device is stopped: the server's commands complete with `UBLK_IO_RES_ABORT`, so that it
+/// exits, and commands it sends from now on do too.
+pub(crate) fn stop_all(dev: &UblkDevice) {
+    for queue in dev.queues.iter() {
+        queue.set_state(QueueState::Stopping);
+    }
+    // A `UBLK_U_CMD_START_DEV` or `UBLK_U_CMD_END_USER_RECOVERY` that waits gives up.
+    dev.ready.notify_all();
+    abort_commands(dev);
+}
+
+/// Completes the server's commands that wait for requests with `UBLK_IO_RES_ABORT`
+/// (`ublk_cancel_dev()`).
+pub(crate) fn abort_commands(dev: &UblkDevice) {
+    for queue in dev.queues.iter() {
+        for slot in queue.slots() {
+            let cmd = slot.lock().abort_fetch(|_| true);
+            if let Some(cmd) = cmd {
+                cmd.complete_in_task(|cmd, issue_flags| cmd.done(Err(RES_ABORT), issue_flags));
+            }
+        }
+        batch::stop(queue);
+    }
+}
