@@ -78,15 +78,21 @@ pub fn make(layout: &Layout, opts: &KernelOpts) -> Make {
     }
 }
 
-pub fn ensure_kernel(layout: &Layout, opts: &KernelOpts) -> Result<Outputs> {
-    prereq::ensure()?;
+/// The prepared tree (pristine source + `patches/` + overlay), with no
+/// configuration and no build: what reading the test list needs.
+pub fn ensure_tree(layout: &Layout, opts: &KernelOpts) -> Result<tree::Prepared> {
     let origin = match &opts.kernel_src {
         Some(d) => source::Origin::Dir(d.clone()),
         None => source::Origin::Debian,
     };
     let base = source::ensure_base(layout, &origin)?;
     phase(format!("kernel source: {base}"));
-    let prepared = tree::prepare(layout)?;
+    tree::prepare(layout)
+}
+
+pub fn ensure_kernel(layout: &Layout, opts: &KernelOpts) -> Result<Outputs> {
+    prereq::ensure()?;
+    let prepared = ensure_tree(layout, opts)?;
     let tree_dir = layout.tree();
     prereq::check_min_versions(&tree_dir, &opts.llvm)?;
     let make = make(layout, opts);

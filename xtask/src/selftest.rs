@@ -37,7 +37,9 @@ pub struct SelftestOpts {
     /// Run only tests whose name matches REGEX (repeatable: any may match).
     #[arg(long = "filter", value_name = "REGEX")]
     pub filters: Vec<String>,
-    /// List the selected tests and exit.
+    /// List the selected tests and exit. Builds nothing: it only prepares
+    /// the kernel tree (source + patches/), where the test list is (on a
+    /// fresh clone that fetches the kernel source first, a minute or two).
     #[arg(long)]
     pub list: bool,
     /// A quick subset for iteration.
@@ -359,6 +361,51 @@ fn suite_results(job: &Job, outcome: &Outcome, tests: &[String], prefix: &str) -
     out
 }
 
+/// The tests a run selects, and what `--ci` does with them.
+struct Plan {
+    /// What `--filter` and `--quick` keep of `all`.
+    selected: Vec<String>,
+    tiering: Tiering,
+}
+
+impl Plan {
+    /// Reads the test list from the prepared tree (no build needed).
+    fn new(opts: &SelftestOpts, layout: &Layout, filters: &[Regex]) -> Result<Plan> {
+        let mut all = userland::test_progs(&layout.tree())?;
+        let ours = ours(layout);
+        for t in &ours {
+            if !all.contains(t) {
+                bail!("selftests/{t} is not listed in TEST_PROGS of the selftests Makefile (add it in its patch)");
+            }
+        }
+        let harness = harness_tests(layout);
+        for t in &harness {
+            if all.contains(t) {
+                bail!("xtask/guest/tests/{t} has the name of a selftest; rename it");
+            }
+        }
+        all.extend(harness.iter().cloned());
+        all.push(HARNESS_PANIC.into());
+        all.push(HARNESS_WARN.into());
+        let always_quick: Vec<String> = ours.iter().chain(&harness).cloned().collect();
+        let selected = select(&all, &always_quick, opts.quick, filters);
+        let tiering = Tiering::decide(opts, layout, &all, &ours)?;
+        Ok(Plan { selected, tiering })
+    }
+
+    /// `--list`: one line per selected test, with how it shares the guest
+    /// and what `--ci` does with it.
+    fn print_list(&self) {
+        for t in &self.selected {
+            let sharing = match crate::sharing::reason(t) {
+                Some(why) => format!(" ({}: {why})", crate::sharing::of(t).word()),
+                None => String::new(),
+            };
+            println!("{t}{sharing}{}", self.tiering.list_note(t));
+        }
+    }
+}
+
 pub fn run(opts: &SelftestOpts) -> Result<bool> {
     let run_start = Instant::now();
     let layout = pipeline::layout(&opts.kernel)?;
@@ -367,30 +414,18 @@ pub fn run(opts: &SelftestOpts) -> Result<bool> {
         .iter()
         .map(|f| Regex::new(f).map_err(|e| anyhow::anyhow!("--filter {f:?}: {e}")))
         .collect::<Result<_>>()?;
-    let kernel = pipeline::ensure_kernel(&layout, &opts.kernel)?;
-    let userland = userland::ensure(&layout, &kernel)?;
-    let mut all = userland::test_progs(&layout.tree())?;
-    let ours = ours(&layout);
-    for t in &ours {
-        if !all.contains(t) {
-            bail!("selftests/{t} is not listed in TEST_PROGS of the selftests Makefile (add it in its patch)");
-        }
-    }
-    let harness = harness_tests(&layout);
-    for t in &harness {
-        if all.contains(t) {
-            bail!("xtask/guest/tests/{t} has the name of a selftest; rename it");
-        }
-    }
-    all.extend(harness.iter().cloned());
-    all.push(HARNESS_PANIC.into());
-    all.push(HARNESS_WARN.into());
-    let always_quick: Vec<String> = ours.iter().chain(&harness).cloned().collect();
-    let selected = select(&all, &always_quick, opts.quick, &filters);
     if opts.save_baseline && opts.debug() {
         bail!("--save-baseline records the default kernel's baseline (what CI runs), not --config debug's");
     }
-    let tiering = Tiering::decide(opts, &layout, &all, &ours)?;
+    if opts.list {
+        // The list is in the prepared tree: no configuration, no build.
+        pipeline::ensure_tree(&layout, &opts.kernel)?;
+        Plan::new(opts, &layout, &filters)?.print_list();
+        return Ok(true);
+    }
+    let kernel = pipeline::ensure_kernel(&layout, &opts.kernel)?;
+    let userland = userland::ensure(&layout, &kernel)?;
+    let Plan { selected, tiering } = Plan::new(opts, &layout, &filters)?;
     // What our tests are now, before the guest runs them: a test edited
     // during the run must not be recorded as passed by the C driver.
     let ours_at_start = if opts.save_baseline {
@@ -398,16 +433,6 @@ pub fn run(opts: &SelftestOpts) -> Result<bool> {
     } else {
         None
     };
-    if opts.list {
-        for t in &selected {
-            let sharing = match crate::sharing::reason(t) {
-                Some(why) => format!(" ({}: {why})", crate::sharing::of(t).word()),
-                None => String::new(),
-            };
-            println!("{t}{sharing}{}", tiering.list_note(t));
-        }
-        return Ok(true);
-    }
     if selected.is_empty() {
         bail!("no test matches the given --filter/--quick selection");
     }
