@@ -27,7 +27,8 @@ enum Cmd {
     Selftest(SelftestOpts),
     /// Boot the test guest with a ublk driver loaded; run a command or a shell.
     Vm(VmOpts),
-    /// Measure the C series (scheduler, rq_affinity, START_DEV): markdown table.
+    /// Measure the drivers, one run per subcommand: the C series' claims
+    /// (cover), Rust against C (rust-vs-c), the driver matrix (matrix).
     Bench(crate::bench::BenchOpts),
     /// Where a selftest boot's time went, from its tests' time-stamped traces.
     Profile(crate::profile::ProfileOpts),
