@@ -431,7 +431,7 @@ pub fn run(opts: &SelftestOpts) -> Result<bool> {
     }
     if opts.list {
         // The list is in the prepared tree: no configuration, no build.
-        pipeline::ensure_tree(&layout, &opts.kernel)?;
+        pipeline::ensure_tree(&layout, &opts.kernel.tree)?;
         Plan::new(opts, &layout, &filters)?.print_list();
         return Ok(true);
     }
