@@ -166,6 +166,7 @@ pub fn boot(
         kernel: &env.kernel,
         job: &job,
         accel: &env.accel,
+        size: guest::Size::default(),
     };
     // Every guest step has its own timeout; this only bounds a wedged guest.
     let limits = Limits { total, stall: None };

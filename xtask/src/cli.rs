@@ -8,10 +8,25 @@ use crate::pipeline::{self, KernelOpts};
 use crate::selftest::SelftestOpts;
 use crate::vm::VmOpts;
 
+/// The environment variables every command reads.
+const ENVIRONMENT: &str = "\
+Environment:
+  UBLK_XTASK_WORK   the work directory (prepared tree, builds, runs) [default: target/kernel]
+  UBLK_XTASK_CACHE  the download cache (apt state, the source package, rublk) [default: $XDG_CACHE_HOME/ublk-xtask, ~/.cache/ublk-xtask]
+  XTASK_NO_KVM      set (to anything): boot QEMU with TCG even where KVM works";
+
+/// What the commands that boot a guest read (also in [`ENVIRONMENT`]).
+const GUEST: &str = "\
+Environment:
+  XTASK_NO_KVM  set (to anything): boot QEMU with TCG even where KVM works
+                (KVM is used only when the CPU lists vmx/svm and KVM_CREATE_VM succeeds)";
+
 #[derive(Parser, Debug)]
 #[command(
     name = "cargo xtask",
-    about = "Build and test the ublk drivers on Linux 7.3"
+    bin_name = "cargo xtask",
+    about = "Build and test the ublk drivers on Linux 7.3",
+    after_help = ENVIRONMENT
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -24,11 +39,14 @@ enum Cmd {
     /// build the guest's userspace (kublk, selftests, rublk).
     BuildKernel(KernelOpts),
     /// Boot the kernel in QEMU and run the ublk selftests (KTAP output).
+    #[command(after_help = GUEST)]
     Selftest(SelftestOpts),
     /// Boot the test guest with a ublk driver loaded; run a command or a shell.
+    #[command(after_help = GUEST)]
     Vm(VmOpts),
     /// Measure the drivers, one run per subcommand: the C series' claims
     /// (cover), Rust against C (rust-vs-c), the driver matrix (matrix).
+    #[command(after_help = GUEST)]
     Bench(crate::bench::BenchOpts),
     /// Where a selftest boot's time went, from its tests' time-stamped traces.
     Profile(crate::profile::ProfileOpts),

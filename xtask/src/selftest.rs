@@ -31,7 +31,8 @@ pub enum DriverChoice {
 pub struct SelftestOpts {
     #[command(flatten)]
     pub kernel: KernelOpts,
-    /// Which ublk driver owns /dev/ublk-control for the run.
+    /// The ublk driver to test: c, rust, or both (default: one boot per
+    /// driver, each with every selected test).
     #[arg(long, value_enum, default_value = "both")]
     pub driver: DriverChoice,
     /// Run only tests whose name matches REGEX (repeatable: any may match).
@@ -233,6 +234,7 @@ impl Ctx<'_> {
             kernel: self.kernel,
             job: &job,
             accel: self.accel,
+            size: guest::Size::default(),
         };
         let outcome = guest::run_watched(g.command(), limits, &job.console(), |line| {
             let l = line.trim_start();
