@@ -391,23 +391,41 @@ fn workspace_dir() -> PathBuf {
         .to_path_buf()
 }
 
-fn header_path() -> PathBuf {
+/// The header, and whether `UBLK_UAPI_HEADER` named it.
+fn header_path() -> (PathBuf, bool) {
     match std::env::var_os("UBLK_UAPI_HEADER") {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => workspace_dir().join("target/kernel/linux/include/uapi/linux/ublk_cmd.h"),
+        Some(p) if !p.is_empty() => (PathBuf::from(p), true),
+        _ => (
+            workspace_dir().join("target/kernel/linux/include/uapi/linux/ublk_cmd.h"),
+            false,
+        ),
     }
 }
 
-fn read_header() -> (PathBuf, String) {
-    let path = header_path();
+/// The header's path and text; `None` (after saying so) when it is the
+/// default one and the kernel tree has not been prepared yet. A header
+/// that `UBLK_UAPI_HEADER` names must be readable.
+fn read_header() -> Option<(PathBuf, String)> {
+    let (path, named) = header_path();
     match std::fs::read_to_string(&path) {
-        Ok(text) => (path, text),
-        Err(e) => panic!(
-            "ublk UAPI header {} not readable ({e}).\n\
-             Run `cargo xtask build-kernel` first to prepare the kernel tree, \
-             or point UBLK_UAPI_HEADER at include/uapi/linux/ublk_cmd.h.",
+        Ok(text) => Some((path, text)),
+        Err(e) if named => panic!(
+            "ublk UAPI header {} (UBLK_UAPI_HEADER) not readable: {e}",
             path.display()
         ),
+        Err(e) => {
+            // Straight to stderr: the test harness would swallow an
+            // eprintln! of a test that passes.
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipped: rust_definitions_match_header: no ublk UAPI header at {} ({e}): \
+                 run `cargo xtask build-kernel` (or `cargo xtask selftest --list`) to prepare \
+                 the kernel tree, or point UBLK_UAPI_HEADER at include/uapi/linux/ublk_cmd.h",
+                path.display()
+            );
+            None
+        }
     }
 }
 
@@ -740,9 +758,16 @@ fn run_c(header: &Path, header_text: &str, program: &str) -> (String, PathBuf) {
 // Tests.
 // ---------------------------------------------------------------------------
 
+/// Skips, saying so on stderr, before the kernel tree is prepared: the
+/// test harness has no "skipped" verdict, so it then reports `ok` (the
+/// name says it may skip). `#[ignore]` would not do: it is static, and this
+/// check must run wherever the header exists (CI runs it after
+/// `build-kernel`).
 #[test]
-fn rust_definitions_match_header() {
-    let (header, text) = read_header();
+fn rust_definitions_match_header_else_skip() {
+    let Some((header, text)) = read_header() else {
+        return;
+    };
     let consts = const_table();
     let structs = struct_table();
     let helpers = helper_table();

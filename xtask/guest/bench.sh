@@ -18,7 +18,7 @@
 #  start:    per device: device_add_disk() time (function_graph) and the
 #            wall time of `kublk add`, NDEV devices, the unpatched 7.3.4
 #            module (default mq-deadline) vs the patched one (default none)
-#  ratio:    (`--rust-vs-c`, booted with no driver loaded) fio 4k randread
+#  ratio:    (`bench rust-vs-c`, booted with no driver loaded) fio 4k randread
 #            IOPS on a null device, the C driver vs the Rust driver, for
 #            each iodepth of IODEPTHS in turn: each round loads ublk_drv,
 #            adds the device, runs fio, deletes it and unloads the module,
@@ -27,7 +27,7 @@
 #            of N done). A driver that fails is recorded in
 #            $JOB/bench-failures.txt ("driver|iodepth|round|reason"), not
 #            run again (at any iodepth), and the boot's status is non-zero.
-#  matrix:   (`--matrix`, booted with no driver loaded) C ublk, Rust ublk,
+#  matrix:   (`bench matrix`, booted with no driver loaded) C ublk, Rust ublk,
 #            null_blk and rnull over rw x iodepth x queues, fio IOPS and
 #            guest CPU time per I/O; in bench_matrix.sh (copied beside this
 #            file), which describes its plan, samples and progress lines.

@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 #
-# The "matrix" section of bench.sh (`cargo xtask bench --matrix`), sourced
+# The "matrix" section of bench.sh (`cargo xtask bench matrix`), sourced
 # by it: uses its log, rec and KUBLK, and run.sh's load_driver and status.
 # The boot starts with no driver loaded.
 #

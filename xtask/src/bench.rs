@@ -1,9 +1,11 @@
 //! `cargo xtask bench`: numbers from one benchmark boot, never a timed
-//! assertion. By default the measurements of the C series' cover letter
-//! (`cover`); with `--rust-vs-c` the Rust driver's IOPS against the C
-//! driver's (`ratio`); with `--matrix` both ublk drivers and the in-kernel
-//! null drivers over rw, iodepth and queue count (`matrix_run`). This file
-//! holds the options and the boot they share.
+//! assertion. `bench cover`: the measurements of the C series' cover
+//! letter (`cover`); `bench rust-vs-c`: the Rust driver's IOPS against the
+//! C driver's (`ratio`); `bench matrix`: both ublk drivers and the
+//! in-kernel null drivers over rw, iodepth and queue count (`matrix_run`);
+//! `bench report`: `cover`'s tables from an earlier run's samples. This
+//! file holds the subcommands and the boot they share; each run's options
+//! are in its module.
 
 mod cover;
 mod matrix;
@@ -30,82 +32,50 @@ use crate::progress::{detail, fmt_duration, phase};
 use crate::userland::{self, Userland};
 
 pub use matrix::BlkDriver;
-pub use mode::DataMode;
 
-/// Seconds per fio run unless --runtime says otherwise (not --matrix).
+/// Seconds per fio run of `cover` and `rust-vs-c` unless --runtime says
+/// otherwise.
 pub const DEFAULT_RUNTIME: u32 = 10;
 
+/// How often and how long `cover` and `rust-vs-c` run fio.
 #[derive(Clone, Debug, clap::Args)]
-#[command(group(clap::ArgGroup::new("fio_mode").args(["rust_vs_c", "matrix"]).multiple(true)))]
+pub struct Repeat {
+    /// Rounds: each configuration once per round, alternating inside
+    /// each round.
+    #[arg(long, default_value_t = 5)]
+    pub rounds: u32,
+    /// Seconds per fio run.
+    #[arg(long, default_value_t = DEFAULT_RUNTIME)]
+    pub runtime: u32,
+}
+
+#[derive(Clone, Debug, clap::Args)]
 pub struct BenchOpts {
-    #[command(flatten)]
-    pub kernel: KernelOpts,
-    /// Rounds per configuration, alternating inside each round [default:
-    /// 3; 5 with --rust-vs-c or --matrix].
-    #[arg(long)]
-    pub rounds: Option<u32>,
-    /// Seconds per fio run [default: 10; 4 with --matrix].
-    #[arg(long)]
-    pub runtime: Option<u32>,
-    /// Devices added per round for the START_DEV measurement.
-    #[arg(long, default_value_t = 64)]
-    pub devices: u32,
-    /// kublk option that requests UBLK_F_SUPPORT_RQ_AFFINITY.
-    #[arg(long, default_value = "--rq_affinity")]
-    pub flag_option: String,
-    /// Instead: the Rust driver's IOPS against the C driver's (fio 4k
-    /// randread on the null target, each --iodepth in turn), alternating
-    /// in one boot.
-    #[arg(long)]
-    pub rust_vs_c: bool,
-    /// Instead: the driver matrix. C ublk, Rust ublk, null_blk and rnull;
-    /// fio 4k randread and randwrite at each --iodepth and each --queues,
-    /// every cell once per round, in one boot. Writes a markdown report, a
-    /// CSV and an SVG plot under target/bench/.
-    #[arg(long)]
-    pub matrix: bool,
-    /// With --rust-vs-c or --matrix: the fio iodepths to measure, comma
-    /// separated.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "1,16,128",
-        requires = "fio_mode"
-    )]
-    pub iodepth: Vec<u32>,
-    /// With --rust-vs-c: the data modes to measure, comma separated (kublk
-    /// null target: no option, -u, -z, --auto_zc).
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "copy",
-        requires = "rust_vs_c"
-    )]
-    pub modes: Vec<DataMode>,
-    /// With --matrix: the drivers, comma separated.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "c,rust,null_blk,rnull",
-        requires = "matrix"
-    )]
-    pub drivers: Vec<BlkDriver>,
-    /// Instead of a boot: print the cover letter's tables from the
-    /// samples (bench.csv) of an earlier run, e.g. one that a kernel splat
-    /// cut short.
-    #[arg(long, value_name = "BENCH_CSV", conflicts_with = "fio_mode")]
-    pub report: Option<std::path::PathBuf>,
-    /// With --matrix: the hardware queue counts, comma separated (at most
-    /// the guest's 2 CPUs).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "1,2",
-        requires = "matrix"
-    )]
-    pub queues: Vec<u32>,
+    #[command(subcommand)]
+    pub run: BenchCmd,
+}
+
+/// The benchmark runs: each is one boot of its own (`report`: none).
+#[derive(Clone, Debug, clap::Subcommand)]
+pub enum BenchCmd {
+    /// What the C series' cover letter claims: scheduler default,
+    /// rq_affinity, START_DEV time (markdown tables).
+    Cover(cover::CoverOpts),
+    /// The Rust driver's IOPS against the C driver's: fio 4k randread on
+    /// kublk's null target at each --iodepth, alternating in one boot.
+    RustVsC(ratio::RatioOpts),
+    /// The driver matrix: C ublk, Rust ublk, null_blk and rnull; fio 4k
+    /// randread and randwrite at each --iodepth and each --queues, every
+    /// cell once per round, in one boot. Writes a markdown report, a CSV
+    /// and an SVG plot under target/bench/.
+    Matrix(matrix_run::MatrixOpts),
+    /// No boot: print `cover`'s tables from the samples (bench.csv) of an
+    /// earlier run, e.g. one that a kernel splat cut short.
+    Report {
+        /// The run's bench.csv (in its job directory).
+        #[arg(value_name = "BENCH_CSV")]
+        csv: std::path::PathBuf,
+    },
 }
 
 /// What every benchmark boot needs: the built kernel and guest userspace,
@@ -117,41 +87,41 @@ pub struct Env {
     pub accel: Accel,
 }
 
-/// What clap cannot say: --rust-vs-c and --matrix are two different runs.
-/// (A clap conflict between them would let `--rust-vs-c --queues 1` pass,
-/// as clap counts a conflicting argument as meeting `requires`.)
-fn check(opts: &BenchOpts) -> Result<()> {
-    if opts.rust_vs_c && opts.matrix {
-        bail!("--rust-vs-c and --matrix are separate runs: give one of them");
+pub fn run(opts: &BenchOpts) -> Result<()> {
+    let kernel = match &opts.run {
+        BenchCmd::Report { csv } => {
+            let text = std::fs::read_to_string(csv)
+                .with_context(|| format!("reading {}", csv.display()))?;
+            print!("{}", cover::table(&samples::parse_csv(&text)));
+            return Ok(());
+        }
+        BenchCmd::Cover(o) => &o.kernel,
+        BenchCmd::RustVsC(o) => &o.kernel,
+        BenchCmd::Matrix(o) => &o.kernel,
+    };
+    let env = Env::new(kernel)?;
+    match &opts.run {
+        BenchCmd::Cover(o) => cover::run(&env, o),
+        BenchCmd::RustVsC(o) => ratio::run(&env, o),
+        BenchCmd::Matrix(o) => matrix_run::run(&env, o),
+        BenchCmd::Report { .. } => unreachable!("handled above"),
     }
-    Ok(())
 }
 
-pub fn run(opts: &BenchOpts) -> Result<()> {
-    check(opts)?;
-    if let Some(csv) = &opts.report {
-        let text =
-            std::fs::read_to_string(csv).with_context(|| format!("reading {}", csv.display()))?;
-        print!("{}", cover::table(&samples::parse_csv(&text)));
-        return Ok(());
-    }
-    let layout = pipeline::layout(&opts.kernel)?;
-    let kernel = pipeline::ensure_kernel(&layout, &opts.kernel)?;
-    let userland = userland::ensure(&layout, &kernel)?;
-    let accel = guest::accel::probe();
-    phase(format!("QEMU accelerator: {accel}"));
-    let env = Env {
-        layout,
-        kernel,
-        userland,
-        accel,
-    };
-    if opts.matrix {
-        matrix_run::run(&env, opts)
-    } else if opts.rust_vs_c {
-        ratio::run(&env, opts)
-    } else {
-        cover::run(&env, opts)
+impl Env {
+    /// Builds what is stale and probes the accelerator.
+    fn new(opts: &KernelOpts) -> Result<Env> {
+        let layout = pipeline::layout(opts)?;
+        let kernel = pipeline::ensure_kernel(&layout, opts)?;
+        let userland = userland::ensure(&layout, &kernel)?;
+        let accel = guest::accel::probe();
+        phase(format!("QEMU accelerator: {accel}"));
+        Ok(Env {
+            layout,
+            kernel,
+            userland,
+            accel,
+        })
     }
 }
 
@@ -196,6 +166,7 @@ pub fn boot(
         kernel: &env.kernel,
         job: &job,
         accel: &env.accel,
+        size: guest::Size::default(),
     };
     // Every guest step has its own timeout; this only bounds a wedged guest.
     let limits = Limits { total, stall: None };
@@ -243,37 +214,56 @@ mod tests {
         bench: BenchOpts,
     }
 
-    fn parse(args: &[&str]) -> Result<BenchOpts, clap::Error> {
-        Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied())).map(|c| c.bench)
+    fn parse(args: &[&str]) -> Result<BenchCmd, clap::Error> {
+        Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))
+            .map(|c| c.bench.run)
     }
 
     #[test]
-    fn options() {
-        let o = parse(&[]).unwrap();
-        assert_eq!((o.rounds, o.rust_vs_c), (None, false));
-        let o = parse(&["--rust-vs-c"]).unwrap();
-        assert_eq!(o.iodepth, [1, 16, 128]);
-        let o = parse(&["--rust-vs-c", "--iodepth", "32,4", "--rounds", "2"]).unwrap();
-        assert_eq!((o.iodepth, o.rounds), (vec![32, 4], Some(2)));
-        assert!(
-            parse(&["--iodepth", "4"]).is_err(),
-            "--iodepth needs --rust-vs-c"
+    fn cover_options() {
+        let Ok(BenchCmd::Cover(o)) = parse(&["cover"]) else {
+            panic!("cover")
+        };
+        assert_eq!((o.repeat.rounds, o.repeat.runtime, o.devices), (5, 10, 64));
+        let Ok(BenchCmd::Cover(o)) = parse(&["cover", "--runtime", "3"]) else {
+            panic!("cover --runtime")
+        };
+        assert_eq!(o.repeat.runtime, 3);
+        assert!(parse(&[]).is_err(), "a run must be named");
+        assert!(parse(&["cover", "--iodepth", "4"]).is_err());
+    }
+
+    #[test]
+    fn rust_vs_c_options() {
+        let Ok(BenchCmd::RustVsC(o)) = parse(&["rust-vs-c"]) else {
+            panic!("rust-vs-c")
+        };
+        assert_eq!(
+            (o.iodepth, o.repeat.rounds, o.repeat.runtime),
+            (vec![1, 16, 128], 5, 10)
         );
-        assert!(parse(&["--rust-vs-c", "--iodepth", "4,x"]).is_err());
-        assert_eq!(o.runtime, None);
-        assert_eq!(parse(&["--runtime", "3"]).unwrap().runtime, Some(3));
+        assert_eq!(o.modes, [mode::DataMode::Copy]);
+        let Ok(BenchCmd::RustVsC(o)) = parse(&["rust-vs-c", "--iodepth", "32,4", "--rounds", "2"])
+        else {
+            panic!("rust-vs-c --iodepth")
+        };
+        assert_eq!((o.iodepth, o.repeat.rounds), (vec![32, 4], 2));
+        assert!(parse(&["rust-vs-c", "--iodepth", "4,x"]).is_err());
+        assert!(parse(&["rust-vs-c", "--queues", "1"]).is_err());
+        assert!(parse(&["rust-vs-c", "--driver", "c"]).is_err());
     }
 
     #[test]
     fn matrix_options() {
-        let o = parse(&["--matrix"]).unwrap();
-        assert!(o.matrix && !o.rust_vs_c);
+        let Ok(BenchCmd::Matrix(o)) = parse(&["matrix"]) else {
+            panic!("matrix")
+        };
         assert_eq!(o.iodepth, [1, 16, 128]);
         assert_eq!(o.drivers, BlkDriver::ALL);
-        assert_eq!(o.queues, [1, 2]);
-        let o = parse(&[
-            "--matrix",
-            "--drivers",
+        assert_eq!((o.queues, o.rounds, o.runtime), (vec![1, 2], 5, 4));
+        let Ok(BenchCmd::Matrix(o)) = parse(&[
+            "matrix",
+            "--driver",
             "rust,null_blk",
             "--queues",
             "2",
@@ -281,24 +271,21 @@ mod tests {
             "8",
             "--runtime",
             "6",
-        ])
-        .unwrap();
+        ]) else {
+            panic!("matrix options")
+        };
         assert_eq!(o.drivers, [BlkDriver::Rust, BlkDriver::NullBlk]);
-        assert_eq!(
-            (o.queues, o.iodepth, o.runtime),
-            (vec![2], vec![8], Some(6))
-        );
-        assert!(check(&parse(&["--matrix", "--rust-vs-c"]).unwrap()).is_err());
-        assert!(check(&parse(&["--matrix"]).unwrap()).is_ok());
-        assert!(parse(&["--matrix", "--drivers", "nvme"]).is_err());
-        assert!(
-            parse(&["--drivers", "c"]).is_err(),
-            "--drivers needs --matrix"
-        );
-        assert!(
-            parse(&["--queues", "1"]).is_err(),
-            "--queues needs --matrix"
-        );
-        assert!(parse(&["--rust-vs-c", "--queues", "1"]).is_err());
+        assert_eq!((o.queues, o.iodepth, o.runtime), (vec![2], vec![8], 6));
+        assert!(parse(&["matrix", "--driver", "nvme"]).is_err());
+        assert!(parse(&["matrix", "--modes", "copy"]).is_err());
+    }
+
+    #[test]
+    fn report_takes_a_file() {
+        let Ok(BenchCmd::Report { csv }) = parse(&["report", "x/bench.csv"]) else {
+            panic!("report")
+        };
+        assert_eq!(csv, std::path::Path::new("x/bench.csv"));
+        assert!(parse(&["report"]).is_err());
     }
 }

@@ -94,7 +94,7 @@ impl Layout {
         self.work.join("runs")
     }
 
-    /// Reports of `cargo xtask bench --matrix` (one directory per run).
+    /// Reports of `cargo xtask bench matrix` (one directory per run).
     pub fn bench_results(&self) -> PathBuf {
         self.repo.join("target/bench")
     }

@@ -42,12 +42,35 @@ impl Flavour {
     }
 }
 
+/// Where the kernel source and the prepared tree are: what every command
+/// that prepares the tree takes, building or not.
 #[derive(Clone, Debug, clap::Args)]
-pub struct KernelOpts {
+pub struct TreeOpts {
     /// Use this 7.3+ kernel tree instead of Debian's linux-source-7.3 (it is
     /// copied, never modified).
     #[arg(long, value_name = "DIR")]
     pub kernel_src: Option<PathBuf>,
+    /// Work directory for the prepared tree and builds (default target/kernel,
+    /// or $UBLK_XTASK_WORK).
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
+}
+
+impl TreeOpts {
+    /// Where the pristine source comes from.
+    pub fn origin(&self) -> source::Origin {
+        match &self.kernel_src {
+            Some(d) => source::Origin::Dir(d.clone()),
+            None => source::Origin::Debian,
+        }
+    }
+}
+
+/// What the commands that build the kernel take.
+#[derive(Clone, Debug, clap::Args)]
+pub struct KernelOpts {
+    #[command(flatten)]
+    pub tree: TreeOpts,
     /// Config flavour; `debug` builds into its own output directory.
     #[arg(long = "config", value_enum, default_value = "default")]
     pub flavour: Flavour,
@@ -57,14 +80,10 @@ pub struct KernelOpts {
     /// Parallel make jobs (default: all cores).
     #[arg(long, short = 'j')]
     pub jobs: Option<usize>,
-    /// Work directory for the prepared tree and builds (default target/kernel,
-    /// or $UBLK_XTASK_WORK).
-    #[arg(long, value_name = "DIR")]
-    pub work_dir: Option<PathBuf>,
 }
 
 pub fn layout(opts: &KernelOpts) -> Result<Layout> {
-    Layout::discover(opts.work_dir.clone())
+    Layout::discover(opts.tree.work_dir.clone())
 }
 
 /// How to run make in the prepared tree, as `opts` ask.
@@ -78,15 +97,17 @@ pub fn make(layout: &Layout, opts: &KernelOpts) -> Make {
     }
 }
 
+/// The prepared tree (pristine source + `patches/` + overlay), with no
+/// configuration and no build: what reading the test list needs.
+pub fn ensure_tree(layout: &Layout, opts: &TreeOpts) -> Result<tree::Prepared> {
+    let base = source::ensure_base(layout, &opts.origin())?;
+    phase(format!("kernel source: {base}"));
+    tree::prepare(layout)
+}
+
 pub fn ensure_kernel(layout: &Layout, opts: &KernelOpts) -> Result<Outputs> {
     prereq::ensure()?;
-    let origin = match &opts.kernel_src {
-        Some(d) => source::Origin::Dir(d.clone()),
-        None => source::Origin::Debian,
-    };
-    let base = source::ensure_base(layout, &origin)?;
-    phase(format!("kernel source: {base}"));
-    let prepared = tree::prepare(layout)?;
+    let prepared = ensure_tree(layout, &opts.tree)?;
     let tree_dir = layout.tree();
     prereq::check_min_versions(&tree_dir, &opts.llvm)?;
     let make = make(layout, opts);

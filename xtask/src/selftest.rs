@@ -31,16 +31,24 @@ pub enum DriverChoice {
 pub struct SelftestOpts {
     #[command(flatten)]
     pub kernel: KernelOpts,
-    /// Which ublk driver owns /dev/ublk-control for the run.
+    /// The ublk driver to test: c, rust, or both (default: one boot per
+    /// driver, each with every selected test).
     #[arg(long, value_enum, default_value = "both")]
     pub driver: DriverChoice,
     /// Run only tests whose name matches REGEX (repeatable: any may match).
     #[arg(long = "filter", value_name = "REGEX")]
     pub filters: Vec<String>,
-    /// List the selected tests and exit.
+    /// List the selected tests and exit. Builds nothing: it only prepares
+    /// the kernel tree (source + patches/), where the test list is (on a
+    /// fresh clone that fetches the kernel source first, a minute or two).
     #[arg(long)]
     pub list: bool,
-    /// A quick subset for iteration.
+    /// A smoke run of a few minutes per driver: test_generic_03,
+    /// test_null_01, test_loop_02, test_stripe_02, test_batch_02,
+    /// test_generic_21, test_part_04, test_rublk_null and the
+    /// harness_reports_warn self-check (about 1 min of tests per driver
+    /// plus the boots; the list is `QUICK` in xtask/src/selftest.rs).
+    /// Combines with --filter.
     #[arg(long)]
     pub quick: bool,
     /// Per-test timeout in the guest, seconds [default: 300; 900 with
@@ -96,14 +104,22 @@ impl SelftestOpts {
 pub const HARNESS_PANIC: &str = "harness_reports_panic";
 pub const HARNESS_WARN: &str = "harness_reports_warn";
 
-/// The `--quick` subset (plus every test of ours: selftests/ and the
-/// harness tests).
-const QUICK: &[&str] = &[
-    "test_null_01.sh",
+/// The `--quick` smoke run: a few short tests that cover each layer, about
+/// a minute of tests per driver by the baseline times in xtask/times/ (plus
+/// the boot): a generic one, the null and loop targets, striping, batch
+/// io, two of ours (the C series' scheduler default and the partition
+/// scan deadlock), rublk, and the harness's own check that a kernel
+/// warning fails the run (a boot of its own). Keep it short: the whole
+/// suite is the run without `--quick`.
+pub const QUICK: &[&str] = &[
     "test_generic_03.sh",
-    "test_loop_01.sh",
+    "test_null_01.sh",
+    "test_loop_02.sh",
     "test_stripe_02.sh",
     "test_batch_02.sh",
+    "test_generic_21.sh",
+    "test_part_04.sh",
+    "test_rublk_null.sh",
     HARNESS_WARN,
 ];
 
@@ -132,9 +148,9 @@ fn harness_tests(layout: &Layout) -> Vec<String> {
     test_scripts(&layout.harness_tests())
 }
 
-pub fn select(all: &[String], ours: &[String], quick: bool, filters: &[Regex]) -> Vec<String> {
+pub fn select(all: &[String], quick: bool, filters: &[Regex]) -> Vec<String> {
     all.iter()
-        .filter(|t| !quick || QUICK.contains(&t.as_str()) || ours.contains(t))
+        .filter(|t| !quick || QUICK.contains(&t.as_str()))
         .filter(|t| filters.is_empty() || filters.iter().any(|f| f.is_match(t)))
         .cloned()
         .collect()
@@ -218,6 +234,7 @@ impl Ctx<'_> {
             kernel: self.kernel,
             job: &job,
             accel: self.accel,
+            size: guest::Size::default(),
         };
         let outcome = guest::run_watched(g.command(), limits, &job.console(), |line| {
             let l = line.trim_start();
@@ -359,6 +376,50 @@ fn suite_results(job: &Job, outcome: &Outcome, tests: &[String], prefix: &str) -
     out
 }
 
+/// The tests a run selects, and what `--ci` does with them.
+struct Plan {
+    /// What `--filter` and `--quick` keep of `all`.
+    selected: Vec<String>,
+    tiering: Tiering,
+}
+
+impl Plan {
+    /// Reads the test list from the prepared tree (no build needed).
+    fn new(opts: &SelftestOpts, layout: &Layout, filters: &[Regex]) -> Result<Plan> {
+        let mut all = userland::test_progs(&layout.tree())?;
+        let ours = ours(layout);
+        for t in &ours {
+            if !all.contains(t) {
+                bail!("selftests/{t} is not listed in TEST_PROGS of the selftests Makefile (add it in its patch)");
+            }
+        }
+        let harness = harness_tests(layout);
+        for t in &harness {
+            if all.contains(t) {
+                bail!("xtask/guest/tests/{t} has the name of a selftest; rename it");
+            }
+        }
+        all.extend(harness.iter().cloned());
+        all.push(HARNESS_PANIC.into());
+        all.push(HARNESS_WARN.into());
+        let selected = select(&all, opts.quick, filters);
+        let tiering = Tiering::decide(opts, layout, &all, &ours)?;
+        Ok(Plan { selected, tiering })
+    }
+
+    /// `--list`: one line per selected test, with how it shares the guest
+    /// and what `--ci` does with it.
+    fn print_list(&self) {
+        for t in &self.selected {
+            let sharing = match crate::sharing::reason(t) {
+                Some(why) => format!(" ({}: {why})", crate::sharing::of(t).word()),
+                None => String::new(),
+            };
+            println!("{t}{sharing}{}", self.tiering.list_note(t));
+        }
+    }
+}
+
 pub fn run(opts: &SelftestOpts) -> Result<bool> {
     let run_start = Instant::now();
     let layout = pipeline::layout(&opts.kernel)?;
@@ -367,30 +428,18 @@ pub fn run(opts: &SelftestOpts) -> Result<bool> {
         .iter()
         .map(|f| Regex::new(f).map_err(|e| anyhow::anyhow!("--filter {f:?}: {e}")))
         .collect::<Result<_>>()?;
-    let kernel = pipeline::ensure_kernel(&layout, &opts.kernel)?;
-    let userland = userland::ensure(&layout, &kernel)?;
-    let mut all = userland::test_progs(&layout.tree())?;
-    let ours = ours(&layout);
-    for t in &ours {
-        if !all.contains(t) {
-            bail!("selftests/{t} is not listed in TEST_PROGS of the selftests Makefile (add it in its patch)");
-        }
-    }
-    let harness = harness_tests(&layout);
-    for t in &harness {
-        if all.contains(t) {
-            bail!("xtask/guest/tests/{t} has the name of a selftest; rename it");
-        }
-    }
-    all.extend(harness.iter().cloned());
-    all.push(HARNESS_PANIC.into());
-    all.push(HARNESS_WARN.into());
-    let always_quick: Vec<String> = ours.iter().chain(&harness).cloned().collect();
-    let selected = select(&all, &always_quick, opts.quick, &filters);
     if opts.save_baseline && opts.debug() {
         bail!("--save-baseline records the default kernel's baseline (what CI runs), not --config debug's");
     }
-    let tiering = Tiering::decide(opts, &layout, &all, &ours)?;
+    if opts.list {
+        // The list is in the prepared tree: no configuration, no build.
+        pipeline::ensure_tree(&layout, &opts.kernel.tree)?;
+        Plan::new(opts, &layout, &filters)?.print_list();
+        return Ok(true);
+    }
+    let kernel = pipeline::ensure_kernel(&layout, &opts.kernel)?;
+    let userland = userland::ensure(&layout, &kernel)?;
+    let Plan { selected, tiering } = Plan::new(opts, &layout, &filters)?;
     // What our tests are now, before the guest runs them: a test edited
     // during the run must not be recorded as passed by the C driver.
     let ours_at_start = if opts.save_baseline {
@@ -398,16 +447,6 @@ pub fn run(opts: &SelftestOpts) -> Result<bool> {
     } else {
         None
     };
-    if opts.list {
-        for t in &selected {
-            let sharing = match crate::sharing::reason(t) {
-                Some(why) => format!(" ({}: {why})", crate::sharing::of(t).word()),
-                None => String::new(),
-            };
-            println!("{t}{sharing}{}", tiering.list_note(t));
-        }
-        return Ok(true);
-    }
     if selected.is_empty() {
         bail!("no test matches the given --filter/--quick selection");
     }
@@ -842,17 +881,43 @@ mod tests {
             "test_generic_18.sh",
             HARNESS_WARN,
         ]);
-        let ours = names(&["test_generic_18.sh"]);
-        assert_eq!(select(&all, &ours, false, &[]), all);
+        assert_eq!(select(&all, false, &[]), all);
         assert_eq!(
-            select(&all, &ours, true, &[]),
-            names(&["test_null_01.sh", "test_generic_18.sh", HARNESS_WARN])
+            select(&all, true, &[]),
+            names(&["test_null_01.sh", HARNESS_WARN])
         );
         let f = [Regex::new("null").unwrap(), Regex::new("_18").unwrap()];
         assert_eq!(
-            select(&all, &ours, false, &f),
+            select(&all, false, &f),
             names(&["test_null_01.sh", "test_null_02.sh", "test_generic_18.sh"])
         );
+        assert_eq!(select(&all, true, &f), names(&["test_null_01.sh"]));
+    }
+
+    /// `--quick` stays a smoke run: every test it names is in the C
+    /// driver's recorded baseline, and by the recorded times its tests
+    /// take under 2 minutes per driver (the boots come on top).
+    #[test]
+    fn quick_is_short_and_exists() {
+        let times = Path::new(env!("CARGO_MANIFEST_DIR")).join("times");
+        for driver in ["c", "rust"] {
+            let file = times.join(format!("selftest-{driver}.ktap"));
+            let results = ktap::parse(&std::fs::read_to_string(file).unwrap()).results;
+            let secs: f64 = results
+                .iter()
+                .filter(|r| QUICK.contains(&r.name.as_str()))
+                .filter_map(|r| r.seconds)
+                .sum();
+            assert!(secs < 120.0, "--quick: {secs}s of tests against {driver}");
+            if driver == "c" {
+                for t in QUICK.iter().filter(|t| t.starts_with("test_")) {
+                    assert!(
+                        results.iter().any(|r| r.name == *t),
+                        "{t} not in {driver}'s baseline"
+                    );
+                }
+            }
+        }
     }
 
     fn fake_job(results: &str, status: Option<&str>, dmesg: &str) -> (tempfile::TempDir, Job) {

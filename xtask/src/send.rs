@@ -12,14 +12,16 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::layout::{self, Layout};
-use crate::pipeline::KernelOpts;
+use crate::pipeline::TreeOpts;
 use crate::progress::{detail, phase};
-use crate::{source, tree};
+use crate::tree;
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct SendOpts {
+    /// Where the source and the prepared tree are (prepare-send builds
+    /// nothing: no --config, --llvm or -j).
     #[command(flatten)]
-    pub kernel: KernelOpts,
+    pub tree: TreeOpts,
     /// Series directory under patches/ (e.g. 02-ublk-v2); default: all.
     #[arg(long)]
     pub series: Vec<String>,
@@ -137,13 +139,8 @@ fn git_config(repo: &Path, key: &str) -> Option<String> {
 }
 
 pub fn run(opts: &SendOpts) -> Result<()> {
-    let layout = Layout::discover(opts.kernel.work_dir.clone())?;
-    let origin = match &opts.kernel.kernel_src {
-        Some(d) => source::Origin::Dir(d.clone()),
-        None => source::Origin::Debian,
-    };
-    source::ensure_base(&layout, &origin)?;
-    tree::prepare(&layout)?;
+    let layout = Layout::discover(opts.tree.work_dir.clone())?;
+    crate::pipeline::ensure_tree(&layout, &opts.tree)?;
     let (Some(name), Some(email)) = (
         git_config(&layout.repo, "user.name"),
         git_config(&layout.repo, "user.email"),

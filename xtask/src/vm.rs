@@ -15,12 +15,21 @@ use crate::userland;
 pub struct VmOpts {
     #[command(flatten)]
     pub kernel: KernelOpts,
-    /// ublk driver to load (`none`: load neither).
+    /// The ublk driver the guest loads: c, rust, or none (a guest has one
+    /// at a time; default c, the upstream driver, as `selftest --driver c`).
     #[arg(long, value_enum, default_value = "c")]
     pub driver: Driver,
     /// Limit for the command, seconds.
     #[arg(long, default_value_t = 1800)]
     pub timeout: u64,
+    /// The guest's vCPUs (selftest and bench always boot 2).
+    #[arg(long, value_name = "N", default_value_t = guest::CPUS,
+          value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub cpus: u32,
+    /// The guest's memory, MiB (selftest and bench always boot 3072).
+    #[arg(long, value_name = "MIB", default_value_t = guest::MEMORY_MB,
+          value_parser = clap::value_parser!(u32).range(512..))]
+    pub memory: u32,
     /// Command to run in the guest (after `--`); none: interactive shell.
     #[arg(last = true)]
     pub command: Vec<String>,
@@ -62,6 +71,10 @@ pub fn run(opts: &VmOpts) -> Result<i32> {
         kernel: &kernel,
         job: &job,
         accel: &accel,
+        size: guest::Size {
+            cpus: opts.cpus,
+            memory_mb: opts.memory,
+        },
     };
     if matches!(mode, Mode::Shell) {
         let st = g.command().status()?;

@@ -9,18 +9,30 @@ use std::time::Duration;
 
 use super::samples::{kiops, Samples};
 use super::stats::{median, percentile, spread};
-use super::{BenchOpts, Env};
+use super::Env;
 use crate::guest::job::Driver;
 use crate::kbuild::Outputs;
 use crate::layout::Layout;
 use crate::pipeline::KernelOpts;
 use crate::progress::{detail, phase};
 
-const DEFAULT_ROUNDS: u32 = 5;
+/// `cargo xtask bench cover`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct CoverOpts {
+    #[command(flatten)]
+    pub kernel: KernelOpts,
+    #[command(flatten)]
+    pub repeat: super::Repeat,
+    /// Devices added per round for the START_DEV measurement.
+    #[arg(long, default_value_t = 64)]
+    pub devices: u32,
+    /// kublk option that requests UBLK_F_SUPPORT_RQ_AFFINITY.
+    #[arg(long, default_value = "--rq_affinity", allow_hyphen_values = true)]
+    pub flag_option: String,
+}
 
-pub fn run(env: &Env, opts: &BenchOpts) -> Result<()> {
-    let rounds = opts.rounds.unwrap_or(DEFAULT_ROUNDS);
-    let runtime = opts.runtime.unwrap_or(super::DEFAULT_RUNTIME);
+pub fn run(env: &Env, opts: &CoverOpts) -> Result<()> {
+    let (rounds, runtime) = (opts.repeat.rounds, opts.repeat.runtime);
     // The START_DEV section needs the unpatched module; the boot starts
     // with the patched ublk_drv loaded.
     let base = base_module(&env.layout, &env.kernel, &opts.kernel)?;

@@ -1,4 +1,4 @@
-//! What a `--matrix` run measures and in which order: the cells (driver x
+//! What a `bench matrix` run measures and in which order: the cells (driver x
 //! rw x iodepth x queues), the order of the cells in each round, the plan
 //! handed to the guest and the time estimate printed before the boot.
 
@@ -140,7 +140,7 @@ pub struct Plan {
 
 /// Guest seconds spent outside the fio runs. Rough values under TCG,
 /// from the selftest boots (about 15 s of guest time to the first test) and
-/// the module load / `kublk add` / delete / unload of `--rust-vs-c` (about
+/// the module load / `kublk add` / delete / unload of `bench rust-vs-c` (about
 /// 8 s per run); `matrix_run` prints what the run really took, to correct
 /// them.
 struct Overhead {
@@ -183,14 +183,14 @@ impl Plan {
     ) -> Result<Plan> {
         let base = plan::Plan::new(iodepths, rounds, runtime)?;
         if runtime < 2 {
-            bail!("--runtime: at least 2 seconds with --matrix (the CPU time is measured over the run's last runtime - 1 s)");
+            bail!("--runtime: at least 2 seconds for `bench matrix` (the CPU time is measured over the run's last runtime - 1 s)");
         }
         if drivers.is_empty() {
-            bail!("--drivers: give at least one driver");
+            bail!("--driver: give at least one driver");
         }
         for (i, d) in drivers.iter().enumerate() {
             if drivers[..i].contains(d) {
-                bail!("--drivers: {} is listed twice", d.id());
+                bail!("--driver: {} is listed twice", d.id());
             }
         }
         if queues.is_empty() {

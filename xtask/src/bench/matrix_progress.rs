@@ -1,4 +1,4 @@
-//! The progress of a `--matrix` boot: the guest's line after each cell
+//! The progress of a `bench matrix` boot: the guest's line after each cell
 //! (`bench: cell k/N round driver rw iodepth queues result`) turned into
 //! the line printed on the host, with the time spent and the time left.
 

@@ -1,4 +1,4 @@
-//! The results of a `--matrix` run: per cell the IOPS of each round and
+//! The results of a `bench matrix` run: per cell the IOPS of each round and
 //! the guest CPU time per I/O (from the guest's samples), their medians and
 //! spreads, written as a markdown report and as a CSV.
 
@@ -218,7 +218,7 @@ pub fn markdown(
     let mut out = String::new();
     out += "## ublk drivers against the in-kernel null drivers\n\n";
     out += &format!(
-        "Measured with `cargo xtask bench --matrix` in one boot on {}, {}; {rounds} rounds.\n\n",
+        "Measured with `cargo xtask bench matrix` in one boot on {}, {}; {rounds} rounds.\n\n",
         info.machine, info.date,
     );
     let lines = [

@@ -1,4 +1,4 @@
-//! `--matrix`: the C and Rust ublk drivers against the in-kernel null
+//! `bench matrix`: the C and Rust ublk drivers against the in-kernel null
 //! drivers (null_blk, rnull) over rw x iodepth x queue count, in one boot
 //! with alternating rounds. Prints the estimate before the boot and a line
 //! per cell during it; writes the markdown report, the CSV and the SVG plot
@@ -11,14 +11,41 @@ use std::time::{Instant, SystemTime};
 use super::matrix::Plan;
 use super::matrix_progress;
 use super::matrix_report::{self, RunInfo};
-use super::{outdir, plot, BenchOpts, Env};
+use super::{outdir, plot, BlkDriver, Env};
 use crate::guest::{self, Accel};
+use crate::pipeline::KernelOpts;
 use crate::progress::{detail, fmt_duration, phase};
 
-const DEFAULT_ROUNDS: u32 = 5;
-/// The default --runtime with --matrix: short enough that the default
-/// matrix (42 cells, 5 rounds) stays under 30 minutes under TCG.
-const DEFAULT_MATRIX_RUNTIME: u32 = 4;
+/// `cargo xtask bench matrix`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct MatrixOpts {
+    #[command(flatten)]
+    pub kernel: KernelOpts,
+    /// Rounds: every cell once per round, in the order of the round.
+    #[arg(long, default_value_t = 5)]
+    pub rounds: u32,
+    /// Seconds per fio run (short enough that the default matrix, 42
+    /// cells, 5 rounds, stays under 30 minutes under TCG).
+    #[arg(long, default_value_t = 4)]
+    pub runtime: u32,
+    /// The drivers, comma separated (the same --driver as selftest's and
+    /// vm's, plus the in-kernel null drivers).
+    #[arg(
+        long = "driver",
+        value_name = "DRIVER,...",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "c,rust,null_blk,rnull"
+    )]
+    pub drivers: Vec<BlkDriver>,
+    /// The fio iodepths, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,128")]
+    pub iodepth: Vec<u32>,
+    /// The hardware queue counts, comma separated (at most the guest's 2
+    /// CPUs).
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    pub queues: Vec<u32>,
+}
 
 /// The files of a run's directory.
 const REPORT: &str = "matrix.md";
@@ -26,14 +53,14 @@ const CSV: &str = "matrix.csv";
 const PLOT: &str = "matrix.svg";
 const SAMPLES: &str = "samples.csv";
 
-pub fn run(env: &Env, opts: &BenchOpts) -> Result<()> {
+pub fn run(env: &Env, opts: &MatrixOpts) -> Result<()> {
     let started = Instant::now();
     let plan = Plan::new(
         &opts.drivers,
         &opts.iodepth,
         &opts.queues,
-        opts.rounds.unwrap_or(DEFAULT_ROUNDS),
-        opts.runtime.unwrap_or(DEFAULT_MATRIX_RUNTIME),
+        opts.rounds,
+        opts.runtime,
     )?;
     let ids: Vec<&str> = plan.drivers.iter().map(|d| d.id()).collect();
     let qds: Vec<String> = plan.base.iodepths.iter().map(u32::to_string).collect();

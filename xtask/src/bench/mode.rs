@@ -1,4 +1,4 @@
-//! The data modes that `--rust-vs-c` can measure: how the data of each
+//! The data modes that `bench rust-vs-c` can measure: how the data of each
 //! request travels between the driver and kublk's null target.
 
 /// A ublk data mode, as kublk selects it.

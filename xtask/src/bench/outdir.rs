@@ -1,4 +1,4 @@
-//! Where a `--matrix` run leaves its report: a new directory
+//! Where a `bench matrix` run leaves its report: a new directory
 //! `matrix-<UTC time>` under the results directory, and the symlink
 //! `matrix-latest` beside it pointing at the newest.
 

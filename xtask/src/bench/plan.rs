@@ -1,4 +1,4 @@
-//! What a `--rust-vs-c` run measures, and how long it takes: the iodepth
+//! What a `bench rust-vs-c` run measures, and how long it takes: the iodepth
 //! list, the estimate printed before the boot and the time left after each
 //! round's progress line.
 

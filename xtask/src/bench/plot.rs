@@ -1,4 +1,4 @@
-//! The `--matrix` plot, an SVG drawn with plotters (SVG backend only: no
+//! The `bench matrix` plot, an SVG drawn with plotters (SVG backend only: no
 //! system fonts, the viewer renders the text). One column per rw and queue
 //! count; the top row IOPS, the bottom row guest CPU time per I/O, both on
 //! log scales; one line per driver over the iodepths, through the medians,

@@ -1,4 +1,4 @@
-//! `--rust-vs-c`: the Rust driver's IOPS against the C driver's, fio 4k
+//! `bench rust-vs-c`: the Rust driver's IOPS against the C driver's, fio 4k
 //! randread on kublk's null target at each iodepth of the plan, C and Rust
 //! alternating round by round in one boot. Prints per iodepth each round's
 //! IOPS, the median Rust/C ratio and the spread of the per-round ratios,
@@ -10,17 +10,28 @@ use super::mode::DataMode;
 use super::plan::{self, Plan};
 use super::samples::{first, kiops, Samples};
 use super::stats::{median, spread};
-use super::{BenchOpts, Env};
+use super::Env;
+use crate::pipeline::KernelOpts;
 use crate::progress::{detail, fmt_duration, phase};
 
-const DEFAULT_ROUNDS: u32 = 5;
+/// `cargo xtask bench rust-vs-c`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct RatioOpts {
+    #[command(flatten)]
+    pub kernel: KernelOpts,
+    #[command(flatten)]
+    pub repeat: super::Repeat,
+    /// The fio iodepths to measure, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,128")]
+    pub iodepth: Vec<u32>,
+    /// The data modes to measure, comma separated (kublk null target: no
+    /// option, -u, -z, --auto_zc).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "copy")]
+    pub modes: Vec<DataMode>,
+}
 
-pub fn run(env: &Env, opts: &BenchOpts) -> Result<()> {
-    let plan = Plan::new(
-        &opts.iodepth,
-        opts.rounds.unwrap_or(DEFAULT_ROUNDS),
-        opts.runtime.unwrap_or(super::DEFAULT_RUNTIME),
-    )?;
+pub fn run(env: &Env, opts: &RatioOpts) -> Result<()> {
+    let plan = Plan::new(&opts.iodepth, opts.repeat.rounds, opts.repeat.runtime)?;
     let plan = plan.with_modes(&opts.modes)?;
     let qds: Vec<String> = plan.iodepths.iter().map(u32::to_string).collect();
     let modes: Vec<&str> = plan.modes.iter().map(|m| m.id()).collect();
@@ -51,7 +62,7 @@ pub fn run(env: &Env, opts: &BenchOpts) -> Result<()> {
         &std::fs::read_to_string(job.dir.join("bench-failures.txt")).unwrap_or_default(),
     );
     println!(
-        "Measured with `cargo xtask bench --rust-vs-c` in one boot: QEMU {}, 2 vCPUs; kublk null target, 1 queue, depth 128, data mode {}; fio 4k randread, io_uring, direct, {}s per run; C and Rust driver alternating, each loaded only for its run.",
+        "Measured with `cargo xtask bench rust-vs-c` in one boot: QEMU {}, 2 vCPUs; kublk null target, 1 queue, depth 128, data mode {}; fio 4k randread, io_uring, direct, {}s per run; C and Rust driver alternating, each loaded only for its run.",
         env.accel, modes.join(", "), plan.runtime
     );
     for &mode in &plan.modes {

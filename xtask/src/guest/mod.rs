@@ -28,11 +28,29 @@ pub struct Guest<'a> {
     pub kernel: &'a Outputs,
     pub job: &'a job::Job,
     pub accel: &'a Accel,
+    pub size: Size,
 }
 
-/// vCPUs and memory of every guest.
+/// vCPUs and memory of every guest but a `vm --cpus/--memory` one (the
+/// selftest times and the benchmark plans assume them).
 pub const CPUS: u32 = 2;
 pub const MEMORY_MB: u32 = 3072;
+
+/// A guest's vCPUs and memory.
+#[derive(Clone, Copy, Debug)]
+pub struct Size {
+    pub cpus: u32,
+    pub memory_mb: u32,
+}
+
+impl Default for Size {
+    fn default() -> Size {
+        Size {
+            cpus: CPUS,
+            memory_mb: MEMORY_MB,
+        }
+    }
+}
 
 impl Guest<'_> {
     pub fn command(&self) -> Command {
@@ -49,8 +67,8 @@ impl Guest<'_> {
             Accel::Kvm => c.args(["-accel", "kvm", "-cpu", "host"]),
             Accel::Tcg { .. } => c.args(["-accel", "tcg,thread=multi", "-cpu", "max"]),
         };
-        c.arg("-smp").arg(CPUS.to_string());
-        c.arg("-m").arg(format!("{MEMORY_MB}M"));
+        c.arg("-smp").arg(self.size.cpus.to_string());
+        c.arg("-m").arg(format!("{}M", self.size.memory_mb));
         c.arg("-kernel").arg(&self.kernel.bzimage);
         c.arg("-initrd").arg(&self.job.initramfs);
         let append = [
