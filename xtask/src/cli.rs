@@ -56,6 +56,9 @@ enum Cmd {
     /// rustfmtcheck and CLIPPY=1 of the kernel's Rust, cargo fmt and clippy,
     /// shellcheck of the guest scripts.
     Check(crate::check::CheckOpts),
+    /// The results page (xtask/results/README.md) from the committed
+    /// baselines and benchmark reports; builds nothing.
+    Results(crate::results::ResultsOpts),
 }
 
 pub fn run(cli: Cli) -> Result<ExitCode> {
@@ -91,6 +94,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         } else {
             ExitCode::FAILURE
         }),
+        Cmd::Results(opts) => {
+            crate::results::run(&opts)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Vm(opts) => {
             let code = crate::vm::run(&opts)?;
             Ok(ExitCode::from(

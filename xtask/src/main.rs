@@ -8,7 +8,8 @@
 //! - `vm`: boot the same guest with a ublk driver loaded and run a command.
 //! - `bench`: measure the drivers; `profile`: where a selftest boot's time
 //!   went; `prepare-send`: a series as it would be mailed; `check`: the
-//!   static checks (checkpatch, rustfmt, clippy, shellcheck).
+//!   static checks (checkpatch, rustfmt, clippy, shellcheck); `results`:
+//!   the page of committed results (xtask/results/README.md).
 
 mod apt;
 mod bench;
@@ -25,6 +26,7 @@ mod pipeline;
 mod prereq;
 mod profile;
 mod progress;
+mod results;
 mod rublk;
 mod selftest;
 mod send;
