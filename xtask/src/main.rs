@@ -22,6 +22,7 @@ mod kbuild;
 mod kconfig;
 mod ktap;
 mod layout;
+mod markdown;
 mod pipeline;
 mod prereq;
 mod profile;

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use crate::ktap;
 use crate::layout::Layout;
+use crate::markdown::{self, Align::*};
 use crate::progress::fmt_duration;
 
 #[derive(Clone, Debug, clap::Args)]
@@ -182,26 +183,53 @@ fn report(dir: &Path, top: usize) -> Result<()> {
         return Ok(());
     }
     println!();
-    println!("| commands | runs | seconds | share of traced time |");
-    println!("|---|---:|---:|---:|");
+    print!(
+        "{}",
+        markdown::header_aligned(
+            &["commands", "runs", "seconds", "share of traced time"],
+            &[Left, Right, Right, Right]
+        )
+    );
     let ranked = all.ranked();
     for (k, s, n) in ranked.iter().take(top) {
-        println!(
-            "| {k} | {n} | {s:.1} | {:.1}% |",
-            100.0 * s / all.traced.max(1e-9)
+        print!(
+            "{}",
+            markdown::row(&[
+                k.to_string(),
+                n.to_string(),
+                format!("{s:.1}"),
+                format!("{:.1}%", 100.0 * s / all.traced.max(1e-9)),
+            ])
         );
     }
     let rest: f64 = ranked.iter().skip(top).map(|(_, s, _)| s).sum();
-    println!(
-        "| (the other {}) | | {rest:.1} | {:.1}% |",
-        ranked.len().saturating_sub(top),
-        100.0 * rest / all.traced.max(1e-9)
+    print!(
+        "{}",
+        markdown::row(&[
+            format!("(the other {})", ranked.len().saturating_sub(top)),
+            String::new(),
+            format!("{rest:.1}"),
+            format!("{:.1}%", 100.0 * rest / all.traced.max(1e-9)),
+        ])
     );
-    println!("| **traced, all tests** | | {:.1} | 100% |", all.traced);
+    print!(
+        "{}",
+        markdown::row(&[
+            "**traced, all tests**",
+            "",
+            &format!("{:.1}", all.traced),
+            "100%",
+        ])
+    );
     println!();
     per_test.sort_by(|a, b| b.1.total_cmp(&a.1));
-    println!("| test | seconds | where most of it went |");
-    println!("|---|---:|---|");
+    print!(
+        "{}",
+        markdown::header_aligned(
+            &["test", "seconds", "where most of it went"],
+            &[Left, Right, Left]
+        )
+    );
     for (name, _, shown, p) in per_test.iter().take(top) {
         let most: Vec<String> = p
             .ranked()
@@ -209,7 +237,10 @@ fn report(dir: &Path, top: usize) -> Result<()> {
             .take(3)
             .map(|(k, s, n)| format!("{k} {s:.1}s ({n}x)"))
             .collect();
-        println!("| {name} | {shown} | {} |", most.join(", "));
+        print!(
+            "{}",
+            markdown::row(&[name.to_string(), shown.to_string(), most.join(", ")])
+        );
     }
     println!();
     Ok(())

@@ -10,6 +10,7 @@ use std::sync::OnceLock;
 use xshell::{cmd, Shell};
 
 use crate::ktap::{self, Status};
+use crate::markdown;
 
 /// The page, relative to the repository's top directory.
 pub const PAGE: &str = "xtask/results/README.md";
@@ -135,16 +136,21 @@ fn page(columns: &[Column], matrix_commit: &str, profile_commit: &str) -> String
         ));
         tables.push(cells);
     }
-    let titles: Vec<&str> = columns.iter().map(|c| c.title.as_str()).collect();
-    s.push_str(&format!("\n| test | {} |\n", titles.join(" | ")));
-    s.push_str(&format!("{}|\n", "|---".repeat(columns.len() + 1)));
+    let titles: Vec<&str> = std::iter::once("test")
+        .chain(columns.iter().map(|c| c.title.as_str()))
+        .collect();
+    s.push('\n');
+    s += &markdown::header(&titles);
     let names: BTreeSet<&String> = tables.iter().flat_map(|t| t.keys()).collect();
     for name in names {
-        let row: Vec<&str> = tables
-            .iter()
-            .map(|t| t.get(name).map_or("-", String::as_str))
+        let cells: Vec<&str> = std::iter::once(name.as_str())
+            .chain(
+                tables
+                    .iter()
+                    .map(|t| t.get(name).map_or("-", String::as_str)),
+            )
             .collect();
-        s.push_str(&format!("| {name} | {} |\n", row.join(" | ")));
+        s += &markdown::row(&cells);
     }
     s.push_str(&format!(
         "\n## Benchmarks\n\n\

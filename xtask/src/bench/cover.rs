@@ -13,6 +13,7 @@ use super::Env;
 use crate::guest::job::Driver;
 use crate::kbuild::Outputs;
 use crate::layout::Layout;
+use crate::markdown;
 use crate::pipeline::KernelOpts;
 use crate::progress::{detail, phase};
 
@@ -131,31 +132,50 @@ fn us(x: f64) -> String {
     format!("{x:.1}")
 }
 
+/// The row of two configurations' IOPS, `a` then `b`, and of their
+/// per-round ratio b/a; `label` is given how many rounds `a` had.
+fn iops_row(
+    label: impl Fn(usize) -> String,
+    a: &BTreeMap<u32, Vec<f64>>,
+    b: &BTreeMap<u32, Vec<f64>>,
+) -> String {
+    let (a, b) = (per_round(a), per_round(b));
+    let av: Vec<f64> = a.values().copied().collect();
+    let bv: Vec<f64> = b.values().copied().collect();
+    markdown::row(&[
+        label(av.len()),
+        cell(&av, kiops),
+        cell(&bv, kiops),
+        cell(&ratios(&a, &b), times),
+    ])
+}
+
 pub fn table(s: &Samples) -> String {
     let mut out = String::new();
     let get = |sec: &str, cfg: &str| s.get(sec).and_then(|m| m.get(cfg));
     out +=
         "IOPS and ratios: median over rounds (smallest-largest); a ratio is taken per round.\n\n";
-    out += "| scheduler (fio 4k randread, iodepth 16) | mq-deadline | none | none/mq-deadline |\n|---|---|---|---|\n";
+    out += &markdown::header(&[
+        "scheduler (fio 4k randread, iodepth 16)",
+        "mq-deadline",
+        "none",
+        "none/mq-deadline",
+    ]);
     for devs in ["1dev", "4dev"] {
         if let (Some(a), Some(b)) = (
             get("sched", &format!("mq-deadline/{devs}")),
             get("sched", &format!("none/{devs}")),
         ) {
-            let (a, b) = (per_round(a), per_round(b));
-            let av: Vec<f64> = a.values().copied().collect();
-            let bv: Vec<f64> = b.values().copied().collect();
-            out += &format!(
-                "| {} device(s), {} rounds | {} | {} | {} |\n",
-                &devs[..1],
-                av.len(),
-                cell(&av, kiops),
-                cell(&bv, kiops),
-                cell(&ratios(&a, &b), times)
-            );
+            out += &iops_row(|n| format!("{} device(s), {n} rounds", &devs[..1]), a, b);
         }
     }
-    out += "\n| rq_affinity (fio on CPU 0, server on CPU 1) | IOPS without flag | IOPS with UBLK_F_SUPPORT_RQ_AFFINITY | with/without |\n|---|---|---|---|\n";
+    out += "\n";
+    out += &markdown::header(&[
+        "rq_affinity (fio on CPU 0, server on CPU 1)",
+        "IOPS without flag",
+        "IOPS with UBLK_F_SUPPORT_RQ_AFFINITY",
+        "with/without",
+    ]);
     let mut cpu = String::new();
     for qd in [16, 96] {
         for rqa in 0..3 {
@@ -164,15 +184,10 @@ pub fn table(s: &Samples) -> String {
                 get("affinity", &cfg("without")),
                 get("affinity", &cfg("with")),
             ) {
-                let (a, b) = (per_round(a), per_round(b));
-                let av: Vec<f64> = a.values().copied().collect();
-                let bv: Vec<f64> = b.values().copied().collect();
-                out += &format!(
-                    "| iodepth {qd}, rq_affinity={rqa}, {} rounds | {} | {} | {} |\n",
-                    av.len(),
-                    cell(&av, kiops),
-                    cell(&bv, kiops),
-                    cell(&ratios(&a, &b), times)
+                out += &iops_row(
+                    |n| format!("iodepth {qd}, rq_affinity={rqa}, {n} rounds"),
+                    a,
+                    b,
                 );
             }
             let us_of = |f: &str, cpu: &str| -> String {
@@ -181,21 +196,29 @@ pub fn table(s: &Samples) -> String {
                     .unwrap_or_else(|| "-".into())
             };
             if get("affinity_cpu", &cfg("without/server")).is_some() {
-                cpu += &format!(
-                    "| iodepth {qd}, rq_affinity={rqa} | {} | {} | {} | {} |\n",
+                cpu += &markdown::row(&[
+                    format!("iodepth {qd}, rq_affinity={rqa}"),
                     us_of("without", "server"),
                     us_of("with", "server"),
                     us_of("without", "submit"),
-                    us_of("with", "submit")
-                );
+                    us_of("with", "submit"),
+                ]);
             }
         }
     }
     if !cpu.is_empty() {
-        out += "\n| system + irq + softirq time per READ, us (/proc/stat) | server CPU 1, without flag | server CPU 1, with flag | submitting CPU 0, without flag | submitting CPU 0, with flag |\n|---|---|---|---|---|\n";
+        out += "\n";
+        out += &markdown::header(&[
+            "system + irq + softirq time per READ, us (/proc/stat)",
+            "server CPU 1, without flag",
+            "server CPU 1, with flag",
+            "submitting CPU 0, without flag",
+            "submitting CPU 0, with flag",
+        ]);
         out += &cpu;
     }
-    out += "\n| device start, per device (ms) | p50 | p99 | samples |\n|---|---|---|---|\n";
+    out += "\n";
+    out += &markdown::header(&["device start, per device (ms)", "p50", "p99", "samples"]);
     for label in ["unpatched", "patched"] {
         for what in ["add_disk-ms", "kublk-add-ms"] {
             if let Some(r) = get("start", &format!("{label}/{what}")) {
@@ -210,7 +233,12 @@ pub fn table(s: &Samples) -> String {
                     (_, "add_disk-ms") => "patched (none default): device_add_disk() in START_DEV",
                     _ => "patched (none default): whole `kublk add`",
                 };
-                out += &format!("| {name} | {p50:.2} | {p99:.2} | {n} |\n");
+                out += &markdown::row(&[
+                    name.to_string(),
+                    format!("{p50:.2}"),
+                    format!("{p99:.2}"),
+                    n.to_string(),
+                ]);
             }
         }
     }

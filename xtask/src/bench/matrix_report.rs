@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use super::matrix::{BlkDriver, Cell, Plan, Rw};
 use super::samples::{kiops, Samples};
 use super::stats::{median, spread};
+use crate::markdown;
 
 /// The section of the guest's samples.
 const SECTION: &str = "matrix";
@@ -161,6 +162,14 @@ fn rows(plan: &Plan) -> Vec<(Rw, u32, u32)> {
     rows
 }
 
+/// The titles of the columns of both tables: the row's cell, then a
+/// column per driver.
+fn table_titles(drivers: &[BlkDriver]) -> Vec<String> {
+    let mut titles: Vec<String> = ["rw", "queues", "iodepth"].map(String::from).into();
+    titles.extend(drivers.iter().map(|d| d.label().to_string()));
+    titles
+}
+
 fn find(stats: &[CellStats], d: BlkDriver, rw: Rw, q: u32, qd: u32) -> Option<&CellStats> {
     stats.iter().find(|s| {
         s.cell.driver == d && s.cell.rw == rw && s.cell.queues == q && s.cell.iodepth == qd
@@ -254,48 +263,37 @@ pub fn markdown(
     out += &format!("![IOPS and CPU time per I/O]({plot})\n\n");
 
     out += &format!("### IOPS, median (smallest-largest) of {rounds} rounds\n\n");
-    out += "| rw | queues | iodepth |";
-    for d in drivers {
-        out += &format!(" {} |", d.label());
-    }
+    let mut titles = table_titles(drivers);
     if both_ublk {
-        out += " Rust/C |";
+        titles.push("Rust/C".to_string());
     }
-    out += "\n|---|---|---|";
-    out += &"---|".repeat(drivers.len() + usize::from(both_ublk));
-    out += "\n";
+    out += &markdown::header(&titles);
     for (rw, q, qd) in rows(plan) {
-        out += &format!("| {} | {q} | {qd} |", rw.id());
+        let mut cells = vec![rw.id().to_string(), q.to_string(), qd.to_string()];
         for &d in drivers {
-            out += &format!(" {} |", iops_text(find(stats, d, rw, q, qd), rounds));
+            cells.push(iops_text(find(stats, d, rw, q, qd), rounds));
         }
         if both_ublk {
             let r = rust_c_ratio(
                 find(stats, BlkDriver::C, rw, q, qd),
                 find(stats, BlkDriver::Rust, rw, q, qd),
             );
-            out += &match r {
-                Some((m, lo, hi)) => format!(" {m:.2}x ({lo:.2}x-{hi:.2}x) |"),
-                None => " - |".to_string(),
-            };
+            cells.push(match r {
+                Some((m, lo, hi)) => format!("{m:.2}x ({lo:.2}x-{hi:.2}x)"),
+                None => "-".to_string(),
+            });
         }
-        out += "\n";
+        out += &markdown::row(&cells);
     }
 
     out += &format!("\n### Guest CPU time per I/O in microseconds, median of {rounds} rounds\n\n");
-    out += "| rw | queues | iodepth |";
-    for d in drivers {
-        out += &format!(" {} |", d.label());
-    }
-    out += "\n|---|---|---|";
-    out += &"---|".repeat(drivers.len());
-    out += "\n";
+    out += &markdown::header(&table_titles(drivers));
     for (rw, q, qd) in rows(plan) {
-        out += &format!("| {} | {q} | {qd} |", rw.id());
+        let mut cells = vec![rw.id().to_string(), q.to_string(), qd.to_string()];
         for &d in drivers {
-            out += &format!(" {} |", cpu_text(find(stats, d, rw, q, qd)));
+            cells.push(cpu_text(find(stats, d, rw, q, qd)));
         }
-        out += "\n";
+        out += &markdown::row(&cells);
     }
 
     let notes = notes(stats, plan, failures);

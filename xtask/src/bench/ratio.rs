@@ -11,6 +11,7 @@ use super::plan::{self, Plan};
 use super::samples::{first, kiops, Samples};
 use super::stats::{median, spread};
 use super::Env;
+use crate::markdown;
 use crate::pipeline::KernelOpts;
 use crate::progress::{detail, fmt_duration, phase};
 
@@ -200,56 +201,64 @@ pub fn iodepth_table(
         DataMode::Copy => String::new(),
         m => format!(", {}", m.id()),
     };
-    let mut out = format!(
-        "| fio 4k randread, iodepth {qd}, null target{what} | C (ublk_drv) | Rust (rust_ublk) | Rust/C |\n|---|---|---|---|\n"
-    );
+    let mut out = markdown::header(&[
+        &format!("fio 4k randread, iodepth {qd}, null target{what}"),
+        "C (ublk_drv)",
+        "Rust (rust_ublk)",
+        "Rust/C",
+    ]);
     for r in 1..=rounds {
         let ratio = match (iops("c", r), iops("rust", r)) {
             (Some(c), Some(rust)) if c > 0.0 => x(rust / c),
             _ => "-".to_string(),
         };
-        out += &format!(
-            "| round {r} | {} | {} | {ratio} |\n",
-            cell("c", r),
-            cell("rust", r)
-        );
+        out += &markdown::row(&[format!("round {r}"), cell("c", r), cell("rust", r), ratio]);
     }
     let d = depth(s, mode, qd, rounds);
-    out += &format!(
-        "| median ({} C, {} Rust, {} ratios) | {} | {} | {} |\n",
-        d.c.len(),
-        d.rust.len(),
-        d.ratios.len(),
+    out += &markdown::row(&[
+        format!(
+            "median ({} C, {} Rust, {} ratios)",
+            d.c.len(),
+            d.rust.len(),
+            d.ratios.len()
+        ),
         median_or_dash(&d.c, kiops),
         median_or_dash(&d.rust, kiops),
         median_or_dash(&d.ratios, x),
-    );
-    out += &format!(
-        "| spread of the per-round ratios | | | {} |\n",
-        spread_or_dash(&d.ratios)
-    );
+    ]);
+    out += &markdown::row(&[
+        "spread of the per-round ratios",
+        "",
+        "",
+        &spread_or_dash(&d.ratios),
+    ]);
     out
 }
 
 /// One line per data mode and iodepth: median IOPS of each driver, the
 /// median ratio and its spread.
 pub fn summary(s: &Samples, plan: &Plan) -> String {
-    let mut out = String::from(
-        "| data mode | iodepth | C median | Rust median | Rust/C median | Rust/C spread | rounds with both |\n|---|---|---|---|---|---|---|\n",
-    );
+    let mut out = markdown::header(&[
+        "data mode",
+        "iodepth",
+        "C median",
+        "Rust median",
+        "Rust/C median",
+        "Rust/C spread",
+        "rounds with both",
+    ]);
     for &mode in &plan.modes {
         for &qd in &plan.iodepths {
             let d = depth(s, mode, qd, plan.rounds);
-            out += &format!(
-                "| {} | {qd} | {} | {} | {} | {} | {} of {} |\n",
-                mode.id(),
+            out += &markdown::row(&[
+                mode.id().to_string(),
+                qd.to_string(),
                 median_or_dash(&d.c, kiops),
                 median_or_dash(&d.rust, kiops),
                 median_or_dash(&d.ratios, x),
                 spread_or_dash(&d.ratios),
-                d.ratios.len(),
-                plan.rounds
-            );
+                format!("{} of {}", d.ratios.len(), plan.rounds),
+            ]);
         }
     }
     out
