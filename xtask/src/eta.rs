@@ -1,5 +1,7 @@
-//! The estimate of the time left that `cargo xtask selftest` prints with
-//! each result: from the per-test times of earlier runs (their
+//! The time left of a run: [`time_left`], the one estimate that every
+//! command's progress lines use (selftest's tests, bench rust-vs-c's
+//! rounds, bench matrix's cells), and [`Eta`], what `cargo xtask selftest`
+//! feeds it with each result: the per-test times of earlier runs (their
 //! results.ktap), scaled by how fast this run's guests go compared with
 //! them (the build before the first boot does not count).
 //! The scale takes care of a slower machine, of tests sharing the guest
@@ -13,6 +15,13 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::ktap::{self, Status};
+
+/// The time left at the pace so far: `elapsed` went on `done` units of
+/// work and `todo` units remain (units of any size: a test's recorded
+/// seconds, a round, a cell). None before any work is done.
+pub fn time_left(elapsed: Duration, done: f64, todo: f64) -> Option<Duration> {
+    (done > 0.0).then(|| Duration::from_secs_f64(elapsed.as_secs_f64() / done * todo))
+}
 
 /// Per-test seconds of earlier runs, and what this run has done so far.
 pub struct Eta {
@@ -167,8 +176,7 @@ impl Eta {
         if self.done_secs < 1.0 || self.done_secs < total * 0.05 {
             return None;
         }
-        let scale = elapsed.as_secs_f64() / self.done_secs;
-        Some(Duration::from_secs_f64(left * scale))
+        time_left(elapsed, self.done_secs, left)
     }
 }
 
@@ -188,6 +196,14 @@ fn prefixed(mut r: ktap::Report, prefix: &str) -> ktap::Report {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn time_left_at_the_pace_so_far() {
+        let t = |e, d, l| time_left(Duration::from_secs(e), d, l);
+        assert_eq!(t(60, 3.0, 12.0), Some(Duration::from_secs(240)));
+        assert_eq!(t(9, 15.0, 0.0), Some(Duration::ZERO));
+        assert_eq!(t(9, 0.0, 15.0), None);
+    }
 
     fn report(lines: &str) -> ktap::Report {
         ktap::parse(&format!("KTAP version 1\n{lines}"))

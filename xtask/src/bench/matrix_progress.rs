@@ -88,7 +88,8 @@ pub fn parse(line: &str) -> Option<CellLine> {
 /// The time left after `l`, `elapsed` after the first cell started: the
 /// mean cell run so far times the runs still to go.
 pub fn time_left(l: &CellLine, elapsed: Duration) -> Duration {
-    elapsed / l.done * (l.total - l.done)
+    // `parse` returns no line with `done` 0.
+    crate::eta::time_left(elapsed, l.done.into(), (l.total - l.done).into()).unwrap_or_default()
 }
 
 /// The host's progress line: round r/R, cell k/M (of the round), the cell,

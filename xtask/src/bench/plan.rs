@@ -129,10 +129,10 @@ pub fn time_left(line: &str, elapsed: Duration) -> Option<Duration> {
     let (k, rest) = rest.split_once('/')?;
     let (n, _) = rest.split_once(']')?;
     let (k, n): (u32, u32) = (k.parse().ok()?, n.parse().ok()?);
-    if k == 0 || k > n {
+    if k > n {
         return None;
     }
-    Some(elapsed / k * (n - k))
+    crate::eta::time_left(elapsed, k.into(), (n - k).into())
 }
 
 #[cfg(test)]
