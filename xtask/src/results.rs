@@ -154,7 +154,7 @@ fn page(columns: &[Column], matrix_commit: &str, profile_commit: &str) -> String
     }
     s.push_str(&format!(
         "\n## Benchmarks\n\n\
-         - [bench-matrix/matrix.md](bench-matrix/matrix.md): `cargo xtask bench --matrix`,\n  \
+         - [bench-matrix/matrix.md](bench-matrix/matrix.md): `cargo xtask bench matrix`,\n  \
          C and Rust ublk against null_blk and rnull (IOPS, CPU time per I/O),\n  \
          with its CSV, samples and plot; commit {matrix_commit}.\n\
          - [perf-profile/README.md](perf-profile/README.md): `cargo xtask vm --driver none\n  \
