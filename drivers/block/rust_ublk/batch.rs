@@ -35,7 +35,7 @@ use crate::{
     chardev::Cmd,
     device::{Server, UblkDevice},
     dispatch,
-    io::{self, Copy, Served, RES_ABORT},
+    io::{self, Committed, Copy, Served, RES_ABORT},
     queue::{Queue, QueueState, Rq, Slot},
     slot::{describe, Phase},
     uapi::{self, AutoBufReg, BatchIo, Elem, IoCmd},
@@ -413,30 +413,40 @@ fn commit_one(
     elem: &Elem,
 ) -> Result {
     let slot = elem_slot(dev, queue, elem)?;
-    let (served, registered) = {
-        let mut io = slot.lock();
-        if io.phase() != Phase::Serving {
-            return Err(EBUSY);
-        }
-        let (addr, auto_reg) = elem_buf(queue, hdr, elem)?;
-        // The slot waits for its next request, which cannot come before this one ends.
-        io.start_batch_commit(addr, auto_reg)?
-    };
-    let (error, bytes) = io::commit_result(queue, &served, elem.result, elem.buf_addr);
+    let mut io = slot.lock();
+    if io.phase() != Phase::Serving {
+        return Err(EBUSY);
+    }
+    let (addr, auto_reg) = elem_buf(queue, hdr, elem)?;
+    // The slot waits for its next request, which cannot come before this one ends.
+    let (served, registered) = io.start_batch_commit(addr, auto_reg)?;
     served.set_append_sector(elem.zone_lba);
 
-    // The buffer registered automatically goes if the commit comes through the ring it was
-    // registered with, as in the C driver.
-    if let Some((ring, index)) = registered {
-        if ring == cmd.ring() {
-            // A buffer that the server unregistered already is no error.
-            let _ = cmd.unregister_buffer(index.into(), issue_flags);
+    let committed = io::commit_result(queue, &served, elem.result);
+    let ending = match (committed, registered) {
+        (Committed::Done(error, bytes), None) => {
+            // Nothing to copy or unregister first: the request is settled in the same critical
+            // section, and ended after it.
+            let ending = io.settle(served, error, bytes);
+            drop(io);
+            ending
         }
-    }
-
-    let served = slot.lock().settle(served, error, bytes);
-    if let Some(served) = served {
-        served.end(queue);
+        (committed, registered) => {
+            drop(io);
+            let (error, bytes) = committed.finish(&served, elem.buf_addr);
+            // The buffer registered automatically goes if the commit comes through the ring it
+            // was registered with, as in the C driver.
+            if let Some((ring, index)) = registered {
+                if ring == cmd.ring() {
+                    // A buffer that the server unregistered already is no error.
+                    let _ = cmd.unregister_buffer(index.into(), issue_flags);
+                }
+            }
+            slot.lock().settle(served, error, bytes)
+        }
+    };
+    if let Some(ending) = ending {
+        ending.end(queue);
     }
     Ok(())
 }
@@ -525,10 +535,10 @@ pub(crate) fn queue_rq(queue: &Arc<Queue>, rq: ARef<Rq>, last: bool) {
     };
     if let Some(served) = refused {
         // The server is going away: the request fails, or waits for the next server.
-        let served = io.without_server(queue, served, false);
+        let ending = io.without_server(queue, served, false);
         drop(io);
-        if let Some(served) = served {
-            served.end(queue);
+        if let Some(ending) = ending {
+            ending.end(queue);
         }
         return;
     }
@@ -754,13 +764,13 @@ fn deliver_tag(
 /// request. A buffer registered by an earlier delivery of the request, whose completion could not
 /// be posted, may still hold it: the request is then parked, and ends once it is given back.
 fn fail_delivery(queue: &Queue, slot: &Slot, served: Served) {
-    let served = {
+    let ending = {
         let mut io = slot.lock();
         io.end_tag_delivery();
         io.settle(served, EIO.to_errno(), 0)
     };
-    if let Some(served) = served {
-        served.end(queue);
+    if let Some(ending) = ending {
+        ending.end(queue);
     }
 }
 
@@ -781,13 +791,13 @@ fn undeliver_tag(
         let mut io = slot.lock();
         // The server did not learn about the request, but may have guessed its tag and
         // committed it: then it ended.
-        let Some(registered) = io.undeliver() else {
+        let Some(undelivered) = io.undeliver() else {
             return;
         };
         // INVARIANT: The tag is queued again with its slot, under its lock; the delivery took it
         // out of the ring.
         events.lock().tags.push(tag);
-        registered
+        undelivered.auto_registered
     };
     if let Some(index) = registered {
         let _ = fcmd.unregister_buffer(index.into(), issue_flags);
@@ -828,8 +838,8 @@ pub(crate) fn stop(queue: &Queue) {
     }
 }
 
-/// The server closed `/dev/ublkcN`: the requests whose tags wait in the event queue fail, as
-/// those it was serving do.
+/// The server closed `/dev/ublkcN`, and [`crate::teardown::abort_all`] failed the requests whose
+/// tags wait in the event queue, as those it was serving: the event queue is emptied.
 pub(crate) fn abort(queue: &Queue) {
     let Ok(events) = events(queue) else {
         return;

@@ -9,14 +9,17 @@
 use crate::{
     chardev::Cmd,
     device::{Server, UblkDevice},
-    io::{buf_addr, check_buf, commit_result, copy_write, pdu, slot_of, Copy, RES_ABORT},
-    queue::QueueState,
-    slot::Phase,
-    uapi::IoCmd,
+    io::{
+        buf_addr, check_buf, commit_result, copy_write, pdu, slot_of, Committed, Copy, Served,
+        RES_ABORT,
+    },
+    queue::{Queue, QueueState},
+    slot::{Io, Phase},
+    uapi::{AutoBufReg, IoCmd},
     zerocopy,
 };
 use kernel::{
-    io_uring::{IssueFlags, Issued},
+    io_uring::{IssueFlags, Issued, RingId},
     prelude::*,
 };
 
@@ -88,6 +91,12 @@ pub(crate) fn fetch<'a>(
 
 /// `UBLK_U_IO_COMMIT_AND_FETCH_REQ`: the server reports the result of a request and offers the
 /// io slot again.
+///
+/// The command is queued first, to wait for the slot's next request: a commit that turns out to
+/// be wrong then completes it with its errno, which is what returning the errno from the issue
+/// would post. The request is taken from the slot, its result recorded and the slot re-armed in
+/// one critical section, unless the data of a read must be copied from the server's buffer, or a
+/// buffer registered automatically must be unregistered, first.
 pub(crate) fn commit_and_fetch<'a>(
     dev: &UblkDevice,
     mut cmd: Cmd<'a>,
@@ -95,44 +104,92 @@ pub(crate) fn commit_and_fetch<'a>(
     io_cmd: &IoCmd,
 ) -> Result<Issued<'a>> {
     let (queue, slot) = slot_of(dev, io_cmd)?;
-
-    let (served, registered, auto_reg) = {
-        let mut io = slot.lock();
-        io.check_owner()?;
-        // A write whose buffer the server was asked for takes `UBLK_U_IO_NEED_GET_DATA` first.
-        let op = io.serving().ok_or(EINVAL)?.op();
-        check_buf(queue, io_cmd.addr, Some(op))?;
-        let auto_reg = zerocopy::auto_buf_reg(queue, &cmd)?;
-        let (served, registered) = io.start_commit(auto_reg)?;
-        (served, registered, auto_reg)
-    };
-    let (error, bytes) = commit_result(queue, &served, io_cmd.result, io_cmd.addr);
-    served.set_append_sector(io_cmd.addr);
-
-    // The buffer registered automatically goes, unless the server sent the commit through
-    // another ring, as the C driver does: the server must then unregister it itself.
-    if let Some((ring, index)) = registered {
-        if ring == cmd.ring() {
-            // A buffer that the server unregistered already is no error.
-            let _ = cmd.unregister_buffer(index.into(), issue_flags);
-        }
-    }
-
-    // Offer the slot again before the request ends, which may free its tag for the next request.
+    let auto_reg = zerocopy::auto_buf_reg(queue, &cmd);
+    let ring = cmd.ring();
     cmd.write_pdu(&pdu(io_cmd.q_id, io_cmd.tag));
     let (fetch, queued) = cmd.queue_cancelable(issue_flags);
-    let (aborted, served) = {
-        let mut io = slot.lock();
-        let aborted = io.rearm(queue, fetch, buf_addr(queue, io_cmd, auto_reg));
-        (aborted, io.settle(served, error, bytes))
+
+    let mut io = slot.lock();
+    let Taken {
+        served,
+        registered,
+        auto_reg,
+    } = match take_for_commit(&mut io, queue, io_cmd, auto_reg) {
+        Ok(taken) => taken,
+        Err(e) => {
+            drop(io);
+            fetch.done(Err(e), issue_flags);
+            return Ok(queued.into());
+        }
     };
-    if let Some(served) = served {
-        served.end(queue);
+    served.set_append_sector(io_cmd.addr);
+    let addr = buf_addr(queue, io_cmd, auto_reg);
+
+    let (aborted, ending) = match (commit_result(queue, &served, io_cmd.result), registered) {
+        (Committed::Done(error, bytes), None) => {
+            let aborted = io.rearm(queue, fetch, addr);
+            let ending = io.settle(served, error, bytes);
+            drop(io);
+            (aborted, ending)
+        }
+        (committed, registered) => {
+            drop(io);
+            let (error, bytes) = committed.finish(&served, io_cmd.addr);
+            // The buffer registered automatically goes, unless the server sent the commit
+            // through another ring, as the C driver does: the server must then unregister it
+            // itself.
+            if let Some((registered_ring, index)) = registered {
+                if registered_ring == ring {
+                    // A buffer that the server unregistered already is no error.
+                    let _ = fetch.unregister_buffer(index.into(), issue_flags);
+                }
+            }
+            // Offer the slot again before the request ends, which may free its tag for the
+            // next request.
+            let mut io = slot.lock();
+            let aborted = io.rearm(queue, fetch, addr);
+            (aborted, io.settle(served, error, bytes))
+        }
+    };
+    if let Some(ending) = ending {
+        ending.end(queue);
     }
     if let Some(fetch) = aborted {
         fetch.done(Err(RES_ABORT), issue_flags);
     }
     Ok(queued.into())
+}
+
+/// What a commit takes from its io slot.
+struct Taken {
+    /// The request that the commit reports on.
+    served: Served,
+    /// The ring and the index of the buffer registered automatically for the request, if any.
+    registered: Option<(RingId, u16)>,
+    /// Where the buffer of the slot's next request goes, as the command names it.
+    auto_reg: AutoBufReg,
+}
+
+/// Checks the commit `io_cmd` of the locked io slot `io`, in the order of the C driver, and takes
+/// the request it reports on. `auto_reg` is where the command says the buffer of the slot's next
+/// request goes, or why that could not be read.
+fn take_for_commit(
+    io: &mut Io,
+    queue: &Queue,
+    io_cmd: &IoCmd,
+    auto_reg: Result<AutoBufReg>,
+) -> Result<Taken> {
+    io.check_owner()?;
+    // A write whose buffer the server was asked for takes `UBLK_U_IO_NEED_GET_DATA` first.
+    let op = io.serving().ok_or(EINVAL)?.op();
+    check_buf(queue, io_cmd.addr, Some(op))?;
+    let auto_reg = auto_reg?;
+    let (served, registered) = io.start_commit(auto_reg)?;
+    Ok(Taken {
+        served,
+        registered,
+        auto_reg,
+    })
 }
 
 /// `UBLK_U_IO_NEED_GET_DATA`: the server names the buffer for the data of a write that it was

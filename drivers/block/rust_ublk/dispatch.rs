@@ -80,10 +80,10 @@ pub(crate) fn dispatch<'a>(queue: &'a Arc<Queue>, rq: ARef<Rq>, batch: &mut Opti
     if let Some(served) = refused {
         // The server is going away, and has no command to hand the request over with: the
         // request fails, or waits for the next server.
-        let served = io.without_server(queue, served, false);
+        let ending = io.without_server(queue, served, false);
         drop(io);
-        if let Some(served) = served {
-            served.end(queue);
+        if let Some(ending) = ending {
+            ending.end(queue);
         }
         return;
     }
@@ -243,13 +243,13 @@ fn deliver_write(
         Copy::Invalid => {
             // The request fails; the command waits for the next request.
             let aborted = io.rearm_same(queue, cmd);
-            let served = io.settle(served, EIO.to_errno(), 0);
+            let ending = io.settle(served, EIO.to_errno(), 0);
             drop(io);
             if let Some(cmd) = aborted {
                 cmd.done(Err(RES_ABORT), issue_flags);
             }
-            if let Some(served) = served {
-                served.end(queue);
+            if let Some(ending) = ending {
+                ending.end(queue);
             }
         }
     }
@@ -277,10 +277,10 @@ fn deliver_registered(
         cmd.done(Ok(0), issue_flags);
     } else {
         let aborted = io.rearm_same(queue, cmd);
-        let served = io.settle(served, EIO.to_errno(), 0);
+        let ending = io.settle(served, EIO.to_errno(), 0);
         drop(io);
-        if let Some(served) = served {
-            served.end(queue);
+        if let Some(ending) = ending {
+            ending.end(queue);
         }
         if let Some(cmd) = aborted {
             cmd.done(Err(RES_ABORT), issue_flags);

@@ -136,9 +136,13 @@ impl Served {
         Ending::new(self, error, bytes).end(queue);
     }
 
-    /// Returns the request.
-    pub(crate) fn rq(&self) -> &ARef<Rq> {
-        &self.rq
+    /// Returns a reference to the request, for the io slot to lend
+    /// ([`crate::slot::Io::lend`]).
+    ///
+    /// The caller must count it among the references that the slot lent, and give it back.
+    pub(crate) fn lend_ref(&self) -> ARef<Rq> {
+        // INVARIANT: By the requirement above, the slot counts the reference it lends.
+        self.rq.clone()
     }
 
     /// Returns whether the request is of a zoned device, whose requests may be zone operations.
@@ -421,25 +425,24 @@ pub(crate) fn check_buf(queue: &Queue, addr: u64, op: Option<ReqOp>) -> Result {
     }
 }
 
-/// Returns the result with which `served` ends, the server having committed it with `result`
-/// (`__ublk_complete_rq()`): 0 or a negative errno, and the bytes transferred. In copy mode, the
-/// data of a read is copied from the server's buffer at `addr`.
-pub(crate) fn commit_result(queue: &Queue, served: &Served, result: i32, addr: u64) -> (i32, u32) {
-    let len = served.len;
-    if result < 0 {
-        // Any negative value fails the request; one that is not an errno fails it with `EIO`.
-        let error = Error::try_from_errno(result).unwrap_or(EIO);
-        (error.to_errno(), 0)
-    } else if served.op() == ReqOp::Read && result == 0 {
-        // Nothing read fails the read.
-        (EIO.to_errno(), 0)
-    } else if !queue.copies_data() || served.shmem.is_some() {
-        // As in the C driver, a read or a write whose data the server copied itself, or reached
-        // through a registered buffer, ends whole.
-        (0, served.nr_bytes())
-    } else if served.op() == ReqOp::Read {
-        // CAST: `result` is not negative.
-        let len = (result as u32).min(len);
+/// The result of a commit, as [`commit_result`] finds it.
+pub(crate) enum Committed {
+    /// The request ends with this errno (0 or negative) and these bytes.
+    Done(i32, u32),
+    /// In copy mode, the data of a read is to be copied from the server's buffer first, up to
+    /// this many bytes ([`Committed::finish`]). The copy may fault, so it is not done under the
+    /// lock of the slot.
+    CopyRead(u32),
+}
+
+impl Committed {
+    /// Returns the result with which the request ends, copying the data of a read from the
+    /// server's buffer at `addr` first if that is what is left to do.
+    pub(crate) fn finish(self, served: &Served, addr: u64) -> (i32, u32) {
+        let len = match self {
+            Committed::Done(error, bytes) => return (error, bytes),
+            Committed::CopyRead(len) => len,
+        };
         // A fault ends the copy; what was copied before it makes a short read.
         let copied = UserSlice::new(UserPtr::from_addr(addr as usize), len as usize)
             .with_iov_source(|src| served.copy_from_iter(0, src))
@@ -452,11 +455,33 @@ pub(crate) fn commit_result(queue: &Queue, served: &Served, result: i32, addr: u
         } else {
             (0, copied)
         }
+    }
+}
+
+/// Returns the result with which `served` ends, the server having committed it with `result`
+/// (`__ublk_complete_rq()`): 0 or a negative errno, and the bytes transferred; or, for a read in
+/// copy mode, that its data is to be copied from the server's buffer first.
+pub(crate) fn commit_result(queue: &Queue, served: &Served, result: i32) -> Committed {
+    let len = served.len;
+    if result < 0 {
+        // Any negative value fails the request; one that is not an errno fails it with `EIO`.
+        let error = Error::try_from_errno(result).unwrap_or(EIO);
+        Committed::Done(error.to_errno(), 0)
+    } else if served.op() == ReqOp::Read && result == 0 {
+        // Nothing read fails the read.
+        Committed::Done(EIO.to_errno(), 0)
+    } else if !queue.copies_data() || served.shmem.is_some() {
+        // As in the C driver, a read or a write whose data the server copied itself, or reached
+        // through a registered buffer, ends whole.
+        Committed::Done(0, served.nr_bytes())
+    } else if served.op() == ReqOp::Read {
+        // CAST: `result` is not negative.
+        Committed::CopyRead((result as u32).min(len))
     } else if served.op() == ReqOp::Write {
         // As in the C driver, the result of a write is not a byte count: the server wrote what
         // it was told about, all of the request unless its data could only be copied in part.
-        (0, len)
+        Committed::Done(0, len)
     } else {
-        (0, served.nr_bytes())
+        Committed::Done(0, served.nr_bytes())
     }
 }

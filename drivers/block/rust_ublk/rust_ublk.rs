@@ -56,9 +56,9 @@
 //!    `open`/`release` of `/dev/ublkcN` and `UBLK_U_IO_FETCH_REQ`. `UBLK_U_CMD_START_DEV` adds the
 //!    disk under it, and so waits under it for the server to report the zones of a zoned disk:
 //!    what the server's exit goes through until its requests failed (the cancellation of its
-//!    commands, the release of `/dev/ublkcN` up to [`io::abort_all`]) does not take it. Not held
-//!    across copies from or to user memory, nor while the disk is deleted or frozen, or the
-//!    partition scan, which takes it, is waited for.
+//!    commands, the release of `/dev/ublkcN` up to [`teardown::abort_all`]) does not take it.
+//!    Not held across copies from or to user memory, nor while the disk is deleted or frozen, or
+//!    the partition scan, which takes it, is waited for.
 //!    - `UblkDevice::canceled` and `UblkDevice::release_pin` (mutexes): whether the server's
 //!      commands were cancelled, and the module reference of a release that waits for io_uring.
 //!      Taken under the device lock or alone (the cancellation, the release); innermost but for

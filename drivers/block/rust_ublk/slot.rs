@@ -3,23 +3,41 @@
 //! The state machine of an io slot.
 //!
 //! ```text
-//!            FETCH_REQ              queue_rq              task work        COMMIT_AND_FETCH_REQ
-//!   Idle ---------------> Fetched ----------> Dispatched ----------> Delivering ----> Serving
-//!    ^                     ^  |                                     |      ^     |      |
-//!    |                     |  | cancel, stop                        |      |     |      v
-//!    |    new server       |  v                    NEED_GET_DATA    |      |     |  Committing
-//!    +------------------ Aborted               NeedGetData <--------+      |     |      |
-//!                          ^                        +----------------------+     |      |
-//!                          +-----------------------------------------------------+------+
-//!                             re-armed while the queue is not served
+//!   from        to                  by                                    method
+//!   Idle        Fetched             UBLK_U_IO_FETCH_REQ                   Io::fetch
+//!   Fetched     Dispatched          queue_rq                              Io::dispatch
+//!   Fetched     Aborted             io_uring cancels, the device stops    Io::abort_fetch
+//!   Dispatched  Delivering          the server's task work                Io::start_delivery
+//!   Delivering  Serving             the server gets the request           Io::serve
+//!   Delivering  NeedGetData         the server is asked for a buffer      Io::ask_for_buffer
+//!   NeedGetData Delivering          UBLK_U_IO_NEED_GET_DATA               Io::start_get_data
+//!   Delivering  Fetched or Aborted  the write waits or fails              Io::rearm
+//!   Delivering  Aborted             the server's task exits               Io::abort_delivery
+//!   Serving     Committing          UBLK_U_IO_COMMIT_AND_FETCH_REQ        Io::start_commit
+//!   Committing  Fetched or Aborted  the commit offers the slot again      Io::rearm
+//!   Serving,
+//!   NeedGetData,
+//!   Queued      Idle                the server is gone                    Io::take_orphan
+//!   Aborted     Idle                a new server may fetch                Io::reset
 //!
-//!   UBLK_F_BATCH_IO:  Idle --PREP_IO_CMDS--> Prepared --queue_rq--> Queued --fetch--> Delivering
-//!                     --> Serving --COMMIT_IO_CMDS--> Prepared
+//!   UBLK_F_BATCH_IO:
+//!   Idle        Prepared            UBLK_U_IO_PREP_IO_CMDS                Io::prepare
+//!   Prepared    Idle                the preparation is taken back         Io::unprepare
+//!   Prepared    Queued              queue_rq                              Io::enqueue
+//!   Queued      Prepared            the event queue is full               Io::dequeue
+//!   Queued      Delivering          a fetch command takes the tag         Io::start_tag_delivery
+//!   Delivering  Prepared            the delivery fails                    Io::end_tag_delivery
+//!   Serving     Queued              the delivery is not posted            Io::undeliver
+//!   Serving     Prepared            UBLK_U_IO_COMMIT_IO_CMDS              Io::start_batch_commit
+//!   Prepared    Idle                a new server may prepare              Io::reset
 //! ```
 //!
 //! The phase is a plain value, and what a phase owns (the server's command, the request) is kept
 //! beside it, so that a change of phase is a store and runs no destructor. Each transition is a
-//! method of [`Io`], which checks the phase it starts from; nothing else changes the phase.
+//! method of [`Io`]; nothing else changes the phase. A transition that another context can race
+//! with (a fetch, a dispatch, a commit, a cancellation) checks the phase it starts from and
+//! refuses; one that can only follow a transition that the same caller made (serving a request
+//! whose delivery it started) warns if the phase is not the one it expects.
 
 use crate::{
     io::{Ending, Served},
@@ -39,7 +57,7 @@ use kernel::{
 };
 
 /// Where an io slot is in its cycle.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Phase {
     /// The server has no command for the slot.
     Idle,
@@ -81,8 +99,11 @@ pub(crate) enum Phase {
 ///   transition holds the request.
 /// - `lent` counts the references to the slot's request that [`Io::lend`] handed out and that
 ///   were not given back yet.
+/// - `next` is `None` but in [`Phase::Dispatched`].
 /// - `lent > 0` while `parked` is `Some`, and the parked request is the slot's only request: it
-///   keeps its tag, so no other request reaches the slot until it ends.
+///   keeps its tag, so no other request reaches the slot until it ends. A request is parked from
+///   the phase that follows its commit or failure (`Committing`, `Prepared`, `Fetched`,
+///   `Aborted`, or `Idle` once the server is gone), until the last reference comes back.
 pub(crate) struct Io {
     phase: Phase,
     cmd: Option<QueuedIoUringCmd>,
@@ -104,6 +125,12 @@ pub(crate) struct Io {
     task: Option<ARef<Task>>,
     /// The writer of the slot's io descriptor.
     desc: DescWriter,
+}
+
+/// What [`Io::undeliver`] leaves to its caller: the index of the buffer registered automatically
+/// for the request, which the caller unregisters.
+pub(crate) struct Undelivered {
+    pub(crate) auto_registered: Option<u16>,
 }
 
 /// What a slot hands to the task work that delivers its request.
@@ -225,6 +252,7 @@ impl Io {
         if self.phase != Phase::Idle {
             return Err(EINVAL);
         }
+        // INVARIANT: `Prepared`, as `Idle`, holds no command and no request.
         self.phase = Phase::Prepared;
         self.addr = addr;
         self.auto_reg = auto_reg;
@@ -236,6 +264,7 @@ impl Io {
         if self.phase != Phase::Prepared {
             return false;
         }
+        // INVARIANT: `Idle`, as `Prepared`, holds no command and no request.
         self.phase = Phase::Idle;
         true
     }
@@ -309,6 +338,7 @@ impl Io {
         if self.phase != Phase::Queued {
             return None;
         }
+        // INVARIANT: `Prepared` holds no request: it is taken.
         self.phase = Phase::Prepared;
         self.served.take()
     }
@@ -321,6 +351,7 @@ impl Io {
             return None;
         }
         let mut served = self.served.take()?;
+        // INVARIANT: `Delivering` holds no request: it is taken.
         self.phase = Phase::Delivering;
         served.len = served.nr_bytes();
         if let Some(desc) = describe(&served, self.addr) {
@@ -361,6 +392,7 @@ impl Io {
             return Err(EINVAL);
         }
         let served = self.served.take().ok_or(EINVAL)?;
+        // INVARIANT: `Delivering` holds no request: it is taken.
         self.phase = Phase::Delivering;
         Ok(served)
     }
@@ -438,6 +470,7 @@ impl Io {
         // Unlike the C driver, which keeps such a command until io_uring cancels it, a server that
         // is going away (the device is stopped or quiesced) gets no more requests.
         if queue.state() != QueueState::Serving {
+            // INVARIANT: `Aborted` holds no command: it is returned.
             self.phase = Phase::Aborted;
             return Some(fetch);
         }
@@ -462,6 +495,7 @@ impl Io {
     /// `UBLK_IO_RES_ABORT`: the slot is free for the next server to fetch.
     pub(crate) fn abort_delivery(&mut self) {
         warn_on!(self.phase != Phase::Delivering);
+        // INVARIANT: `Delivering`, which the caller's delivery left, holds nothing.
         self.phase = Phase::Aborted;
     }
 
@@ -469,18 +503,22 @@ impl Io {
     /// for its next request.
     pub(crate) fn end_tag_delivery(&mut self) {
         warn_on!(self.phase != Phase::Delivering);
+        // INVARIANT: `Delivering`, which the caller's delivery left, holds nothing.
         self.phase = Phase::Prepared;
     }
 
     /// `Serving` -> `Queued` (`UBLK_F_BATCH_IO`): takes back the delivery of the request, whose
     /// completion could not be posted. Returns whether it was delivered, and the index of its
     /// buffer registered automatically, which the caller unregisters.
-    pub(crate) fn undeliver(&mut self) -> Option<Option<u16>> {
+    pub(crate) fn undeliver(&mut self) -> Option<Undelivered> {
         if self.phase != Phase::Serving || self.served.is_none() {
             return None;
         }
+        // INVARIANT: `Queued`, as `Serving`, holds the request.
         self.phase = Phase::Queued;
-        Some(self.auto_registered.take().map(|_| self.auto_reg.index))
+        Some(Undelivered {
+            auto_registered: self.auto_registered.take().map(|_| self.auto_reg.index),
+        })
     }
 
     /// `Fetched` -> `Aborted`: takes the fetch command, if `pred` says it is the one to abort,
@@ -492,6 +530,7 @@ impl Io {
         if self.phase != Phase::Fetched || !self.cmd.as_ref().is_some_and(pred) {
             return None;
         }
+        // INVARIANT: `Aborted` holds no command: it is taken.
         self.phase = Phase::Aborted;
         self.cmd.take()
     }
@@ -503,6 +542,7 @@ impl Io {
         self.auto_registered = None;
         match self.phase {
             Phase::Serving | Phase::NeedGetData | Phase::Queued => {
+                // INVARIANT: `Idle` holds no request: it is taken.
                 self.phase = Phase::Idle;
                 self.served.take()
             }
@@ -515,6 +555,7 @@ impl Io {
     /// lock.
     pub(crate) fn reset(&mut self) -> Option<ARef<Task>> {
         if matches!(self.phase, Phase::Aborted | Phase::Prepared) {
+            // INVARIANT: Neither holds a command or a request, nor does `Idle`.
             self.phase = Phase::Idle;
         }
         self.task.take()
@@ -529,7 +570,7 @@ impl Io {
         if !zoned::has_data(served.op()) {
             return Err(EINVAL);
         }
-        let rq = served.rq().clone();
+        let rq = served.lend_ref();
         // INVARIANT: The slot counts this reference in `lent` until it is given back.
         self.lent += 1;
         Ok(rq)
@@ -541,7 +582,7 @@ impl Io {
     pub(crate) fn lend_auto(&mut self, served: &Served) -> (ARef<Rq>, u16) {
         // INVARIANT: The slot counts this reference in `lent` until it is given back.
         self.lent += 1;
-        (served.rq().clone(), self.auto_reg.index)
+        (served.lend_ref(), self.auto_reg.index)
     }
 
     /// Records the outcome of the automatic registration of the slot's buffer: the ring it is
@@ -553,7 +594,10 @@ impl Io {
             // The slot may have lent others (a buffer that an earlier delivery of a batch
             // registered, whose completion could not be posted), which keep the request until
             // they are given back.
-            None => self.lent -= 1,
+            None => {
+                warn_on!(self.lent == 0);
+                self.lent = self.lent.saturating_sub(1);
+            }
         }
     }
 

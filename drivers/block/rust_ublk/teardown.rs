@@ -65,13 +65,13 @@ pub(crate) fn abort_all(dev: &UblkDevice) {
     start_cancel(dev);
     for queue in dev.queues.iter() {
         for slot in queue.slots() {
-            let served = {
+            let ending = {
                 let mut io = slot.lock();
                 io.take_orphan()
                     .and_then(|served| io.without_server(queue, served, true))
             };
-            if let Some(served) = served {
-                served.end(queue);
+            if let Some(ending) = ending {
+                ending.end(queue);
             }
         }
         batch::abort(queue);
