@@ -8,7 +8,9 @@
 //! - clippy (kernel): a `CLIPPY=1` build of the kernel crate, rust_ublk and
 //!   rnull;
 //! - cargo fmt and cargo clippy (`-D warnings`) of this workspace;
-//! - shellcheck (`-S warning`) of the guest scripts and our selftests.
+//! - shellcheck (`-S warning`) of the guest scripts and our selftests;
+//! - reST: every `.rst` under `Documentation/` parsed by docutils, warnings
+//!   fatal (the kernel's Sphinx build is not set up here).
 //!
 //! The kernel checks need the prepared tree and its configured build
 //! directory: the kernel is built first if it is stale (`build-kernel`).
@@ -78,6 +80,7 @@ pub fn run(opts: &CheckOpts) -> Result<bool> {
             )?,
         ),
         ("shellcheck -S warning", shellcheck(&layout.repo)?),
+        ("reST (docutils)", rest(&layout.repo)?),
     ];
     let mut ok = true;
     for (name, verdict) in checks {
@@ -198,9 +201,77 @@ fn shellcheck(repo: &Path) -> Result<Verdict> {
     command(c, "SC")
 }
 
+/// The Python program that parses one reST file with docutils and fails
+/// on a warning or worse.
+const DOCUTILS_CHECK: &str = "import docutils.core, sys; \
+docutils.core.publish_doctree(open(sys.argv[1]).read(), source_path=sys.argv[1], \
+settings_overrides={'report_level': 2, 'halt_level': 2})";
+
+/// The `.rst` files under `Documentation/` of the repository, sorted.
+fn rst_files(repo: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut dirs = vec![repo.join("Documentation")];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries {
+            let path = e?.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|x| x == "rst") {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Parses every reST file of the repository with docutils.
+fn rest(repo: &Path) -> Result<Verdict> {
+    let has_docutils = Command::new("python3")
+        .args(["-c", "import docutils"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_docutils {
+        return Ok(Verdict::Skipped(
+            "python3 docutils is not installed (apt-get install python3-docutils)".into(),
+        ));
+    }
+    let mut failed = Vec::new();
+    for f in rst_files(repo)? {
+        let o = Command::new("python3")
+            .args(["-c", DOCUTILS_CHECK])
+            .arg(&f)
+            .output()?;
+        if !o.status.success() {
+            failed.push(format!(
+                "{}: {}",
+                f.display(),
+                tail(&String::from_utf8_lossy(&o.stderr), 3)
+            ));
+        }
+    }
+    Ok(if failed.is_empty() {
+        Verdict::Ok
+    } else {
+        Verdict::Fail(failed.join("\n"))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rst_files_include_the_driver_doc() {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let v = rst_files(repo).unwrap();
+        assert!(v
+            .iter()
+            .any(|p| p.ends_with("Documentation/block/rust_ublk.rst")));
+    }
 
     #[test]
     fn shell_scripts_are_found_and_sorted() {
