@@ -433,7 +433,7 @@ fn commit_one(
         }
         (committed, registered) => {
             drop(io);
-            let (error, bytes) = committed.finish(&served, elem.buf_addr);
+            let (error, bytes) = committed.into_result(&served, elem.buf_addr);
             // The buffer registered automatically goes if the commit comes through the ring it
             // was registered with, as in the C driver.
             if let Some((ring, index)) = registered {

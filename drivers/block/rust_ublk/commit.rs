@@ -93,10 +93,12 @@ pub(crate) fn fetch<'a>(
 /// io slot again.
 ///
 /// The command is queued first, to wait for the slot's next request: a commit that turns out to
-/// be wrong then completes it with its errno, which is what returning the errno from the issue
-/// would post. The request is taken from the slot, its result recorded and the slot re-armed in
-/// one critical section, unless the data of a read must be copied from the server's buffer, or a
-/// buffer registered automatically must be unregistered, first.
+/// be wrong then completes it with its errno. That posts what returning the errno from the issue
+/// would: io commands are issued with the ring locked (see [`crate::chardev`]), so io_uring's
+/// cancellation, which takes that lock too, cannot come in between. The request is taken from
+/// the slot, settled and the slot re-armed in one critical section, unless the data of a read
+/// must be copied from the server's buffer, or a buffer registered automatically must be
+/// unregistered, first.
 pub(crate) fn commit_and_fetch<'a>(
     dev: &UblkDevice,
     mut cmd: Cmd<'a>,
@@ -134,7 +136,7 @@ pub(crate) fn commit_and_fetch<'a>(
         }
         (committed, registered) => {
             drop(io);
-            let (error, bytes) = committed.finish(&served, io_cmd.addr);
+            let (error, bytes) = committed.into_result(&served, io_cmd.addr);
             // The buffer registered automatically goes, unless the server sent the commit
             // through another ring, as the C driver does: the server must then unregister it
             // itself.

@@ -136,12 +136,10 @@ impl Served {
         Ending::new(self, error, bytes).end(queue);
     }
 
-    /// Returns a reference to the request, for the io slot to lend
-    /// ([`crate::slot::Io::lend`]).
-    ///
-    /// The caller must count it among the references that the slot lent, and give it back.
+    /// Returns a reference to the request, for its io slot to lend: only
+    /// [`crate::slot::Io::lend`] and [`crate::slot::Io::lend_auto`] call this, and they count the
+    /// reference until it is given back.
     pub(crate) fn lend_ref(&self) -> ARef<Rq> {
-        // INVARIANT: By the requirement above, the slot counts the reference it lends.
         self.rq.clone()
     }
 
@@ -430,15 +428,15 @@ pub(crate) enum Committed {
     /// The request ends with this errno (0 or negative) and these bytes.
     Done(i32, u32),
     /// In copy mode, the data of a read is to be copied from the server's buffer first, up to
-    /// this many bytes ([`Committed::finish`]). The copy may fault, so it is not done under the
-    /// lock of the slot.
+    /// this many bytes ([`Committed::into_result`]). The copy may fault, so it is not done under
+    /// the lock of the slot.
     CopyRead(u32),
 }
 
 impl Committed {
     /// Returns the result with which the request ends, copying the data of a read from the
     /// server's buffer at `addr` first if that is what is left to do.
-    pub(crate) fn finish(self, served: &Served, addr: u64) -> (i32, u32) {
+    pub(crate) fn into_result(self, served: &Served, addr: u64) -> (i32, u32) {
         let len = match self {
             Committed::Done(error, bytes) => return (error, bytes),
             Committed::CopyRead(len) => len,

@@ -608,6 +608,7 @@ impl Io {
 
     /// Takes back a reference that [`Io::lend`] lent, which the caller dropped. Returns the
     /// request parked in the slot if this was its last user: the caller ends it.
+    #[must_use = "the request that this returns must be ended"]
     pub(crate) fn give_back(&mut self) -> Option<Ending> {
         // Every reference lent is counted, and given back once.
         if warn_on!(self.lent == 0) {
@@ -624,6 +625,7 @@ impl Io {
     /// Records the result of `served`, the slot's request, and returns it to be ended now,
     /// unless user copies or registered buffers still hold it: then it is parked, and the last
     /// of them ends it.
+    #[must_use = "the request that this returns must be ended"]
     pub(crate) fn settle(&mut self, served: Served, error: i32, bytes: u32) -> Option<Ending> {
         // A slot has one request at a time, so none is parked yet.
         if self.lent == 0 || warn_on!(self.parked.is_some()) {
@@ -639,6 +641,7 @@ impl Io {
     /// `__ublk_fail_req()`): puts it aside for the next server, or records its failure and
     /// returns it to be ended now, unless it is lent (then the last borrower ends it). `owned`
     /// if the server that went away owned it.
+    #[must_use = "the request that this returns must be ended"]
     pub(crate) fn without_server(
         &mut self,
         queue: &Queue,
