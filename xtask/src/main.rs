@@ -8,7 +8,7 @@
 //! - `vm`: boot the same guest with a ublk driver loaded and run a command.
 //! - `bench`: measure the drivers; `profile`: where a selftest boot's time
 //!   went; `prepare-send`: a series as it would be mailed; `check`: the
-//!   static checks (checkpatch, rustfmt, clippy, shellcheck); `results`:
+//!   static checks (checkpatch, rustfmt, clippy, shellcheck, reST); `results`:
 //!   the page of committed results (xtask/results/README.md).
 
 mod apt;
