@@ -59,6 +59,10 @@ enum Cmd {
     /// The results page (xtask/results/README.md) from the committed
     /// baselines and benchmark reports; builds nothing.
     Results(crate::results::ResultsOpts),
+    /// A patch series as git commits: `checkout` makes a worktree with one
+    /// commit per patch, `export` writes them back into patches/ and the
+    /// files they touched into the overlay.
+    Series(crate::series::SeriesOpts),
 }
 
 pub fn run(cli: Cli) -> Result<ExitCode> {
@@ -94,6 +98,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         } else {
             ExitCode::FAILURE
         }),
+        Cmd::Series(opts) => {
+            crate::series::run(&opts)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Results(opts) => {
             crate::results::run(&opts)?;
             Ok(ExitCode::SUCCESS)

@@ -24,6 +24,12 @@ pub const OVERLAY_SKIP: &[&str] = &[
     "selftests/ublk_release_race",
 ];
 
+/// Overlay directories that mirror what the series create under them:
+/// `cargo xtask series export` copies a file a series creates there into
+/// the repository. `selftests/` carries only the tests the harness adds, so
+/// a selftest that a series creates stays in its patch.
+pub const OVERLAY_MIRRORED: &[&str] = &["drivers", "rust", "Documentation"];
+
 /// Directory of patch series, applied in lexicographic order of series
 /// directories and then of files; cover letters are not applied.
 pub const PATCHES: &str = "patches";
@@ -144,6 +150,20 @@ pub fn overlay_target(rel: &Path) -> Option<PathBuf> {
         .map(|(_, dst)| Path::new(dst).join(rest))
 }
 
+/// Maps a kernel-tree path back to the repository path that carries it in
+/// the overlay, if it is under one of the overlay directories (the inverse
+/// of [`overlay_target`]).
+pub fn overlay_source(tree_rel: &Path) -> Option<PathBuf> {
+    OVERLAY.iter().find_map(|(src, dst)| {
+        let rest = tree_rel.strip_prefix(dst).ok()?;
+        if rest.as_os_str().is_empty() {
+            return None;
+        }
+        let rel = Path::new(src).join(rest);
+        (overlay_target(&rel).as_deref() == Some(tree_rel)).then_some(rel)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,5 +186,24 @@ mod tests {
             overlay_target(Path::new("selftests/test_badinput_01.sh")).unwrap(),
             Path::new("tools/testing/selftests/ublk/test_badinput_01.sh")
         );
+    }
+
+    #[test]
+    fn overlay_source_inverts_the_mapping() {
+        for tree in [
+            "tools/testing/selftests/ublk/test_generic_18.sh",
+            "drivers/block/rust_ublk/ublk.rs",
+            "Documentation/block/rust_ublk.rst",
+        ] {
+            let src = overlay_source(Path::new(tree)).unwrap();
+            assert_eq!(overlay_target(&src).unwrap(), Path::new(tree));
+        }
+        assert_eq!(
+            overlay_source(Path::new("tools/testing/selftests/ublk/kublk.c")).unwrap(),
+            Path::new("selftests/kublk.c")
+        );
+        assert!(overlay_source(Path::new("block/blk-mq.c")).is_none());
+        assert!(overlay_source(Path::new("tools/testing/selftests/ublk")).is_none());
+        assert!(overlay_source(Path::new("tools/testing/selftests/ublk/ublk_fuzz/x.rs")).is_none());
     }
 }

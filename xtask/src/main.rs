@@ -9,7 +9,8 @@
 //! - `bench`: measure the drivers; `profile`: where a selftest boot's time
 //!   went; `prepare-send`: a series as it would be mailed; `check`: the
 //!   static checks (checkpatch, rustfmt, clippy, shellcheck, reST); `results`:
-//!   the page of committed results (xtask/results/README.md).
+//!   the page of committed results (xtask/results/README.md); `series`: a
+//!   patch series as git commits in a worktree, and back into `patches/`.
 
 mod apt;
 mod bench;
@@ -31,6 +32,7 @@ mod results;
 mod rublk;
 mod selftest;
 mod send;
+mod series;
 mod sharing;
 mod source;
 mod splat;

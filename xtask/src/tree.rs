@@ -118,6 +118,33 @@ fn git(sh: &Shell) -> xshell::Cmd<'_> {
     .quiet()
 }
 
+/// What `git mailinfo -b` read from a patch mail: its header lines
+/// (`Author:`, `Email:`, `Subject:`, `Date:`). It wrote the message to
+/// `scratch/msg` and the diff to `scratch/diff`.
+pub struct MailInfo(String);
+
+impl MailInfo {
+    /// The value of a field (`"Subject:"`), or "" when there is none.
+    pub fn field(&self, key: &str) -> String {
+        self.0
+            .lines()
+            .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_string()))
+            .unwrap_or_default()
+    }
+}
+
+/// Runs `git mailinfo -b` (`git`: the git command to run it with) on a
+/// patch mail.
+pub fn mailinfo(git: xshell::Cmd<'_>, scratch: &Path, mail: &[u8]) -> Result<MailInfo> {
+    Ok(MailInfo(
+        git.args(["mailinfo", "-b"])
+            .arg(scratch.join("msg"))
+            .arg(scratch.join("diff"))
+            .stdin(mail)
+            .read()?,
+    ))
+}
+
 /// Result of preparing the tree.
 pub struct Prepared {
     pub head: String,
@@ -162,18 +189,9 @@ pub fn prepare(layout: &Layout) -> Result<Prepared> {
     for p in &patches {
         let (msg, diff) = (scratch.join("msg"), scratch.join("diff"));
         let mail = std::fs::read(&p.path)?;
-        let info = git(&sh)
-            .args(["mailinfo", "-b"])
-            .arg(&msg)
-            .arg(&diff)
-            .stdin(mail)
-            .read()
+        let info = mailinfo(git(&sh), &scratch, &mail)
             .with_context(|| format!("{}: not a mail-format patch", p.name))?;
-        let field = |k: &str| {
-            info.lines()
-                .find_map(|l| l.strip_prefix(k).map(|v| v.trim().to_string()))
-                .unwrap_or_default()
-        };
+        let field = |k: &str| info.field(k);
         let subject = field("Subject:");
         let body = std::fs::read_to_string(&msg)?;
         let message = format!("{subject}\n\n{body}");
@@ -235,7 +253,8 @@ pub fn prepare(layout: &Layout) -> Result<Prepared> {
         if let Some(have) = existing.split_whitespace().nth(1) {
             if have != blob {
                 bail!(
-                    "{} differs from the file a patch in patches/ creates at {}; keep them identical",
+                    "{} differs from the file a patch in patches/ creates at {}; keep them identical \
+                     (`cargo xtask series checkout`, then `series export`, changes both at once)",
                     src.strip_prefix(&layout.repo).unwrap().display(),
                     dst.display()
                 );
