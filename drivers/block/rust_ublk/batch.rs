@@ -28,16 +28,16 @@
 //!
 //! # Locks
 //!
-//! The event queue has its own lock, innermost: `queue_rq` takes it under the lock of the
-//! request's io slot, so that a tag is queued with its slot; no slot lock is taken under it.
+//! The event queue has its own lock, innermost: `queue_rq` takes it while it holds the request's
+//! io slot, so that a tag is queued with its slot; no slot is held under it.
 
 use crate::{
     chardev::Cmd,
     device::{Server, UblkDevice},
     dispatch,
-    io::{self, Committed, Copy, Served, RES_ABORT},
-    queue::{Queue, QueueState, Rq, Slot},
-    slot::{describe, Phase},
+    io::{self, Copy, Served, RES_ABORT},
+    queue::{Queue, QueueState, Rq},
+    slot::{describe, refuse, Held, Phase, Slot},
     uapi::{self, AutoBufReg, BatchIo, Elem, IoCmd},
     zerocopy, zoned,
 };
@@ -329,7 +329,6 @@ fn prep_one(
 ) -> Result {
     let slot = elem_slot(dev, queue, elem)?;
     let (addr, auto_reg) = elem_buf(queue, hdr, elem)?;
-    let mut io = slot.lock();
     if queue.state() == QueueState::Stopping {
         return Err(RES_ABORT);
     }
@@ -340,8 +339,11 @@ fn prep_one(
         // A command keeps `/dev/ublkcN` open, so the server is attached.
         Server::Detached => return Err(EINVAL),
     };
-    // Each io slot is offered once.
-    io.prepare(addr, auto_reg)?;
+    // Each io slot is offered once. The device lock keeps the slot idle: only offers, under it,
+    // leave that phase.
+    slot.hold(Phase::Idle)
+        .ok_or(EINVAL)?
+        .prepare(addr, auto_reg)?;
     *nr_fetched += 1;
     Ok(())
 }
@@ -353,7 +355,10 @@ fn unprep_one(queue: &Queue, server: &mut Server, elem: &Elem) {
         return;
     };
     // No request reaches the slot before the device starts, which waits for the device lock.
-    if warn_on!(!slot.lock().unprepare()) {
+    let unprepared = slot
+        .hold(Phase::Prepared)
+        .is_some_and(|mut io| io.unprepare());
+    if warn_on!(!unprepared) {
         return;
     }
     if let Server::Attached { nr_fetched, .. } = server {
@@ -413,38 +418,27 @@ fn commit_one(
     elem: &Elem,
 ) -> Result {
     let slot = elem_slot(dev, queue, elem)?;
-    let mut io = slot.lock();
-    if io.phase() != Phase::Serving {
-        return Err(EBUSY);
-    }
+    // Any server thread commits; a slot that another context holds right now is taken.
+    let mut io = slot.hold(Phase::Serving).ok_or(EBUSY)?;
     let (addr, auto_reg) = elem_buf(queue, hdr, elem)?;
     // The slot waits for its next request, which cannot come before this one ends.
     let (served, registered) = io.start_batch_commit(addr, auto_reg)?;
     served.set_append_sector(elem.zone_lba);
 
-    let committed = io::commit_result(queue, &served, elem.result);
-    let ending = match (committed, registered) {
-        (Committed::Done(error, bytes), None) => {
-            // Nothing to copy or unregister first: the request is settled in the same critical
-            // section, and ended after it.
-            let ending = io.settle(served, error, bytes);
-            drop(io);
-            ending
+    // The slot stays held while the data of a read is copied and the buffer registered
+    // automatically is unregistered: nothing else moves it on meanwhile.
+    let (error, bytes) =
+        io::commit_result(queue, &served, elem.result).into_result(&served, elem.buf_addr);
+    // The buffer registered automatically goes if the commit comes through the ring it was
+    // registered with, as in the C driver.
+    if let Some((ring, index)) = registered {
+        if ring == cmd.ring() {
+            // A buffer that the server unregistered already is no error.
+            let _ = cmd.unregister_buffer(index.into(), issue_flags);
         }
-        (committed, registered) => {
-            drop(io);
-            let (error, bytes) = committed.into_result(&served, elem.buf_addr);
-            // The buffer registered automatically goes if the commit comes through the ring it
-            // was registered with, as in the C driver.
-            if let Some((ring, index)) = registered {
-                if ring == cmd.ring() {
-                    // A buffer that the server unregistered already is no error.
-                    let _ = cmd.unregister_buffer(index.into(), issue_flags);
-                }
-            }
-            slot.lock().settle(served, error, bytes)
-        }
-    };
+    }
+    let ending = io.settle(queue, served, error, bytes);
+    drop(io);
     if let Some(ending) = ending {
         ending.end(queue);
     }
@@ -523,26 +517,27 @@ pub(crate) fn queue_rq(queue: &Arc<Queue>, rq: ARef<Rq>, last: bool) {
     };
     // CAST: tags are below the depth of the queue, a `u16`.
     let tag = served.tag() as u16;
-    let mut io = slot.lock();
-    let refused = if queue.state() != QueueState::Serving || io.phase() != Phase::Prepared {
-        Some(served)
-    } else {
-        let Some(desc) = describe(&served, io.addr()) else {
+    // The server is going away, or did not offer the slot: the request fails, or waits for the
+    // next server.
+    let mut io = match slot.hold(Phase::Prepared) {
+        Some(io) if queue.state() == QueueState::Serving => io,
+        Some(io) => {
             drop(io);
-            return served.finish(queue, EOPNOTSUPP.to_errno(), 0);
-        };
-        io.enqueue(served, &desc).err()
-    };
-    if let Some(served) = refused {
-        // The server is going away: the request fails, or waits for the next server.
-        let ending = io.without_server(queue, served, false);
-        drop(io);
-        if let Some(ending) = ending {
-            ending.end(queue);
+            return refuse(queue, served);
         }
-        return;
+        None => return refuse(queue, served),
+    };
+    let Some(desc) = describe(&served, io.addr()) else {
+        drop(io);
+        return served.finish(queue, EOPNOTSUPP.to_errno(), 0);
+    };
+    if let Err(served) = io.enqueue(served, &desc) {
+        // Held in `Prepared`, which takes a request.
+        warn_on!(true);
+        drop(io);
+        return refuse(queue, served);
     }
-    // INVARIANT: The tag is queued with its slot, under its lock; the slot was not queued, so its
+    // INVARIANT: The tag is queued with its slot, which is held; the slot was not queued, so its
     // tag was not in the ring, which has room for every tag of the queue.
     let pushed = events.lock().tags.push(tag);
     if !pushed {
@@ -707,10 +702,16 @@ fn deliver_tag(
         warn_on!(true);
         return false;
     };
+    // Only the tags of queued slots are in the event queue. The slot is held until the server
+    // gets the request, through the copy of a write's data and the registration of its buffer:
+    // nothing else moves a delivering slot on.
+    let Some(mut io) = slot.hold(Phase::Queued) else {
+        warn_on!(true);
+        return false;
+    };
     // A delivery whose completion could not be posted may have changed the io descriptor: it
     // is written afresh, as the C driver does at dispatch.
-    let Some((served, addr)) = slot.lock().start_tag_delivery() else {
-        // Only the tags of queued slots are in the event queue.
+    let Some((served, addr)) = io.start_tag_delivery() else {
         warn_on!(true);
         return false;
     };
@@ -725,10 +726,8 @@ fn deliver_tag(
             Copy::Nothing => {
                 // As in the C driver, the write is dispatched again a little later, unless a
                 // buffer registered by an earlier delivery still holds it.
-                let mut io = slot.lock();
                 if io.is_lent() {
-                    drop(io);
-                    fail_delivery(queue, slot, served);
+                    fail_delivery(queue, io, served);
                 } else {
                     io.end_tag_delivery();
                     drop(io);
@@ -737,7 +736,7 @@ fn deliver_tag(
                 return false;
             }
             Copy::Invalid => {
-                fail_delivery(queue, slot, served);
+                fail_delivery(queue, io, served);
                 return false;
             }
         }
@@ -745,14 +744,13 @@ fn deliver_tag(
 
     if queue.auto_buf_reg
         && zoned::has_data(served.op())
-        && !dispatch::register_auto(slot, &served, fcmd, issue_flags)
-        && !slot.lock().need_reg_buf(&served)
+        && !dispatch::register_auto(&mut io, &served, fcmd, issue_flags)
+        && !io.need_reg_buf(&served)
     {
-        fail_delivery(queue, slot, served);
+        fail_delivery(queue, io, served);
         return false;
     }
 
-    let mut io = slot.lock();
     match part {
         Some(bytes) => io.serve_part(served, bytes),
         None => io.serve(served),
@@ -760,15 +758,14 @@ fn deliver_tag(
     true
 }
 
-/// Fails `served`, the request of `slot`, whose delivery failed; the slot waits for its next
-/// request. A buffer registered by an earlier delivery of the request, whose completion could not
-/// be posted, may still hold it: the request is then parked, and ends once it is given back.
-fn fail_delivery(queue: &Queue, slot: &Slot, served: Served) {
-    let ending = {
-        let mut io = slot.lock();
-        io.end_tag_delivery();
-        io.settle(served, EIO.to_errno(), 0)
-    };
+/// Fails `served`, the request of the held io slot `io`, whose delivery failed; the slot waits
+/// for its next request. A buffer registered by an earlier delivery of the request, whose
+/// completion could not be posted, may still hold it: the request is then parked, and ends once
+/// it is given back.
+fn fail_delivery(queue: &Queue, mut io: Held<'_>, served: Served) {
+    io.end_tag_delivery();
+    let ending = io.settle(queue, served, EIO.to_errno(), 0);
+    drop(io);
     if let Some(ending) = ending {
         ending.end(queue);
     }
@@ -788,15 +785,18 @@ fn undeliver_tag(
         return;
     };
     let registered = {
-        let mut io = slot.lock();
         // The server did not learn about the request, but may have guessed its tag and
-        // committed it: then it ended.
+        // committed it: then it ended, or its commit holds the slot.
+        let Some(mut io) = slot.hold(Phase::Serving) else {
+            return;
+        };
         let Some(undelivered) = io.undeliver() else {
             return;
         };
-        // INVARIANT: The tag is queued again with its slot, under its lock; the delivery took it
+        // INVARIANT: The tag is queued again with its slot, which is held; the delivery took it
         // out of the ring.
         events.lock().tags.push(tag);
+        drop(io);
         undelivered.auto_registered
     };
     if let Some(index) = registered {

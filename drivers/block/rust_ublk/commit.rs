@@ -9,12 +9,9 @@
 use crate::{
     chardev::Cmd,
     device::{Server, UblkDevice},
-    io::{
-        buf_addr, check_buf, commit_result, copy_write, pdu, slot_of, Committed, Copy, Served,
-        RES_ABORT,
-    },
+    io::{buf_addr, check_buf, commit_result, copy_write, pdu, slot_of, Copy, Served, RES_ABORT},
     queue::{Queue, QueueState},
-    slot::{Io, Phase},
+    slot::{Held, Phase, Slot},
     uapi::{AutoBufReg, IoCmd},
     zerocopy,
 };
@@ -27,7 +24,7 @@ use kernel::{
 /// and holds a request, as the C driver does before it looks at the command.
 pub(crate) fn check_owner(dev: &UblkDevice, io_cmd: &IoCmd) -> Result {
     let (_, slot) = slot_of(dev, io_cmd)?;
-    slot.lock().check_owner()
+    slot.check_owner()
 }
 
 /// `UBLK_U_IO_FETCH_REQ`: the server offers an io slot for the first time.
@@ -42,32 +39,27 @@ pub(crate) fn fetch<'a>(
     check_buf(queue, io_cmd.addr, None)?;
     let auto_reg = zerocopy::auto_buf_reg(queue, &cmd)?;
 
-    // Serializes fetch commands, and counts them for `UBLK_U_CMD_START_DEV`.
+    // Serializes fetch commands, and counts them for `UBLK_U_CMD_START_DEV`. `UBLK_U_CMD_STOP_DEV`
+    // aborts the fetched slots under it too.
     let mut state = dev.state.lock();
-    {
-        let io = slot.lock();
-        if queue.state() == QueueState::Stopping {
-            return Err(RES_ABORT);
-        }
-        // Fetching is over once every io slot was fetched.
-        match state.server {
-            Server::Attached { nr_fetched, .. } if nr_fetched == dev.nr_ios() => return Err(EBUSY),
-            Server::Attached { .. } => {}
-            // A command keeps `/dev/ublkcN` open, so the server is attached.
-            Server::Detached => return Err(EINVAL),
-        }
-        // Each io slot is fetched once.
-        if io.phase() != Phase::Idle {
-            return Err(EINVAL);
-        }
+    if queue.state() == QueueState::Stopping {
+        return Err(RES_ABORT);
     }
+    // Fetching is over once every io slot was fetched.
+    match state.server {
+        Server::Attached { nr_fetched, .. } if nr_fetched == dev.nr_ios() => return Err(EBUSY),
+        Server::Attached { .. } => {}
+        // A command keeps `/dev/ublkcN` open, so the server is attached.
+        Server::Detached => return Err(EINVAL),
+    }
+    // Each io slot is fetched once. The device lock keeps the slot idle: only fetch commands,
+    // under it, leave that phase.
+    let mut io = slot.hold(Phase::Idle).ok_or(EINVAL)?;
 
     cmd.write_pdu(&pdu(io_cmd.q_id, io_cmd.tag));
     let (cmd, queued) = cmd.queue_cancelable(issue_flags);
-    // The device lock keeps the slot idle: only fetch commands, under it, leave that phase.
-    let fetched = slot
-        .lock()
-        .fetch(cmd, buf_addr(queue, io_cmd, auto_reg), auto_reg);
+    let fetched = io.fetch(cmd, buf_addr(queue, io_cmd, auto_reg), auto_reg);
+    drop(io);
     let old_task = match fetched {
         Ok(old_task) => old_task,
         Err(cmd) => {
@@ -95,10 +87,8 @@ pub(crate) fn fetch<'a>(
 /// The command is queued first, to wait for the slot's next request: a commit that turns out to
 /// be wrong then completes it with its errno. That posts what returning the errno from the issue
 /// would: io commands are issued with the ring locked (see [`crate::chardev`]), so io_uring's
-/// cancellation, which takes that lock too, cannot come in between. The request is taken from
-/// the slot, settled and the slot re-armed in one critical section, unless the data of a read
-/// must be copied from the server's buffer, or a buffer registered automatically must be
-/// unregistered, first.
+/// cancellation, which takes that lock too, cannot come in between. The slot is held once, from
+/// taking the request to offering the slot again.
 pub(crate) fn commit_and_fetch<'a>(
     dev: &UblkDevice,
     mut cmd: Cmd<'a>,
@@ -107,52 +97,38 @@ pub(crate) fn commit_and_fetch<'a>(
 ) -> Result<Issued<'a>> {
     let (queue, slot) = slot_of(dev, io_cmd)?;
     let auto_reg = zerocopy::auto_buf_reg(queue, &cmd);
-    let ring = cmd.ring();
     cmd.write_pdu(&pdu(io_cmd.q_id, io_cmd.tag));
     let (fetch, queued) = cmd.queue_cancelable(issue_flags);
 
-    let mut io = slot.lock();
-    let Taken {
-        served,
-        registered,
-        auto_reg,
-    } = match take_for_commit(&mut io, queue, io_cmd, auto_reg) {
+    let (mut io, taken) = match take_for_commit(slot, queue, io_cmd, auto_reg) {
         Ok(taken) => taken,
         Err(e) => {
-            drop(io);
             fetch.done(Err(e), issue_flags);
             return Ok(queued.into());
         }
     };
+    let Taken {
+        served,
+        registered,
+        auto_reg,
+    } = taken;
     served.set_append_sector(io_cmd.addr);
-    let addr = buf_addr(queue, io_cmd, auto_reg);
-
-    let (aborted, ending) = match (commit_result(queue, &served, io_cmd.result), registered) {
-        (Committed::Done(error, bytes), None) => {
-            let aborted = io.rearm(queue, fetch, addr);
-            let ending = io.settle(served, error, bytes);
-            drop(io);
-            (aborted, ending)
+    // The slot stays held while the data of a read is copied from the server's buffer and the
+    // buffer registered automatically is unregistered: nothing else moves a committing slot on.
+    let (error, bytes) =
+        commit_result(queue, &served, io_cmd.result).into_result(&served, io_cmd.addr);
+    // The buffer registered automatically goes, unless the server sent the commit through
+    // another ring, as the C driver does: the server must then unregister it itself.
+    if let Some((registered_ring, index)) = registered {
+        if registered_ring == fetch.ring() {
+            // A buffer that the server unregistered already is no error.
+            let _ = fetch.unregister_buffer(index.into(), issue_flags);
         }
-        (committed, registered) => {
-            drop(io);
-            let (error, bytes) = committed.into_result(&served, io_cmd.addr);
-            // The buffer registered automatically goes, unless the server sent the commit
-            // through another ring, as the C driver does: the server must then unregister it
-            // itself.
-            if let Some((registered_ring, index)) = registered {
-                if registered_ring == ring {
-                    // A buffer that the server unregistered already is no error.
-                    let _ = fetch.unregister_buffer(index.into(), issue_flags);
-                }
-            }
-            // Offer the slot again before the request ends, which may free its tag for the
-            // next request.
-            let mut io = slot.lock();
-            let aborted = io.rearm(queue, fetch, addr);
-            (aborted, io.settle(served, error, bytes))
-        }
-    };
+    }
+    let ending = io.settle(queue, served, error, bytes);
+    // The slot is offered again before the request ends, which may free its tag for the next
+    // request.
+    let aborted = io.rearm(queue, fetch, buf_addr(queue, io_cmd, auto_reg));
     if let Some(ending) = ending {
         ending.end(queue);
     }
@@ -172,26 +148,36 @@ struct Taken {
     auto_reg: AutoBufReg,
 }
 
-/// Checks the commit `io_cmd` of the locked io slot `io`, in the order of the C driver, and takes
-/// the request it reports on. `auto_reg` is where the command says the buffer of the slot's next
-/// request goes, or why that could not be read.
-fn take_for_commit(
-    io: &mut Io,
+/// Checks the commit `io_cmd` of io slot `slot`, in the order of the C driver, holds the slot and
+/// takes the request it reports on. `auto_reg` is where the command says the buffer of the slot's
+/// next request goes, or why that could not be read.
+fn take_for_commit<'a>(
+    slot: &'a Slot,
     queue: &Queue,
     io_cmd: &IoCmd,
     auto_reg: Result<AutoBufReg>,
-) -> Result<Taken> {
-    io.check_owner()?;
-    // A write whose buffer the server was asked for takes `UBLK_U_IO_NEED_GET_DATA` first.
+) -> Result<(Held<'a>, Taken)> {
+    slot.check_owner()?;
+    // A write whose buffer the server was asked for takes `UBLK_U_IO_NEED_GET_DATA` first; a
+    // slot that another context holds right now is taken.
+    let mut io = slot
+        .hold(Phase::Serving)
+        .ok_or_else(|| match slot.phase() {
+            Some(Phase::NeedGetData) => EINVAL,
+            _ => EBUSY,
+        })?;
     let op = io.serving().ok_or(EINVAL)?.op();
     check_buf(queue, io_cmd.addr, Some(op))?;
     let auto_reg = auto_reg?;
     let (served, registered) = io.start_commit(auto_reg)?;
-    Ok(Taken {
-        served,
-        registered,
-        auto_reg,
-    })
+    Ok((
+        io,
+        Taken {
+            served,
+            registered,
+            auto_reg,
+        },
+    ))
 }
 
 /// `UBLK_U_IO_NEED_GET_DATA`: the server names the buffer for the data of a write that it was
@@ -207,13 +193,12 @@ pub(crate) fn need_get_data<'a>(
     io_cmd: &IoCmd,
 ) -> Result<Issued<'a>> {
     let (queue, slot) = slot_of(dev, io_cmd)?;
-    let served = {
-        let mut io = slot.lock();
-        io.check_owner()?;
-        // Only a write that the server was asked about takes this command.
-        io.start_get_data()?
-    };
+    slot.check_owner()?;
+    // Only a write that the server was asked about takes this command.
+    let mut io = slot.hold(Phase::NeedGetData).ok_or(EINVAL)?;
+    let served = io.start_get_data()?;
 
+    // The slot stays held while the data is copied.
     let copy = copy_write(&served, io_cmd.addr);
     let part = match copy {
         Copy::Whole => Some(None),
@@ -221,14 +206,14 @@ pub(crate) fn need_get_data<'a>(
         Copy::Nothing | Copy::Invalid => None,
     };
     if let Some(part) = part {
-        slot.lock().serve_got_data(served, io_cmd.addr, part);
+        io.serve_got_data(served, io_cmd.addr, part);
         return Ok(Issued::Done(0));
     }
 
     // The command waits for the next request of the slot, as a fetch does.
     cmd.write_pdu(&pdu(io_cmd.q_id, io_cmd.tag));
     let (fetch, queued) = cmd.queue_cancelable(issue_flags);
-    let aborted = slot.lock().rearm(queue, fetch, io_cmd.addr);
+    let aborted = io.rearm(queue, fetch, io_cmd.addr);
     match copy {
         // As in the C driver, the write is dispatched again a little later.
         Copy::Nothing => served.requeue(),

@@ -14,8 +14,8 @@
 
 use crate::{
     io::{copy_write, pdu_tag, Copy, Served, RES_ABORT},
-    queue::{DiskOps, Queue, QueueState, Rq, Slot},
-    slot::describe,
+    queue::{DiskOps, Queue, QueueState, Rq},
+    slot::{describe, refuse, Held, Phase, Slot},
     uapi, zerocopy, zoned,
 };
 use kernel::{
@@ -67,25 +67,25 @@ pub(crate) fn dispatch<'a>(queue: &'a Arc<Queue>, rq: ARef<Rq>, batch: &mut Opti
     };
     // CAST: tags are below the depth of the queue, a `u16`.
     let tag = served.tag() as u16;
-    let mut io = slot.lock();
-    let refused = if queue.state() == QueueState::Serving {
-        let Some(desc) = describe(&served, io.addr()) else {
+    // The server is going away, or has no command to hand the request over with (or a
+    // cancellation is taking it): the request fails, or waits for the next server.
+    let mut io = match slot.hold(Phase::Fetched) {
+        Some(io) if queue.state() == QueueState::Serving => io,
+        Some(io) => {
             drop(io);
-            return served.finish(queue, EOPNOTSUPP.to_errno(), 0);
-        };
-        io.dispatch(served, &desc).err()
-    } else {
-        Some(served)
-    };
-    if let Some(served) = refused {
-        // The server is going away, and has no command to hand the request over with: the
-        // request fails, or waits for the next server.
-        let ending = io.without_server(queue, served, false);
-        drop(io);
-        if let Some(ending) = ending {
-            ending.end(queue);
+            return refuse(queue, served);
         }
-        return;
+        None => return refuse(queue, served),
+    };
+    let Some(desc) = describe(&served, io.addr()) else {
+        drop(io);
+        return served.finish(queue, EOPNOTSUPP.to_errno(), 0);
+    };
+    if let Err(served) = io.dispatch(served, &desc) {
+        // Held in `Fetched`, which takes a request.
+        warn_on!(true);
+        drop(io);
+        return refuse(queue, served);
     }
     let task = io.task_ptr();
     let joins = match (batch.as_ref(), io.cmd()) {
@@ -95,8 +95,12 @@ pub(crate) fn dispatch<'a>(queue: &'a Arc<Queue>, rq: ARef<Rq>, batch: &mut Opti
     if joins {
         drop(io);
         if let Some(b) = batch {
-            if let Some(tail) = queue.slot(b.tail.into()) {
-                tail.lock().link(tag);
+            // The batch's task work is not queued yet: nothing else holds its last slot.
+            if let Some(mut tail) = queue
+                .slot(b.tail.into())
+                .and_then(|s| s.hold(Phase::Dispatched))
+            {
+                tail.link(tag);
             }
             b.tail = tag;
         }
@@ -143,20 +147,27 @@ fn deliver(head: QueuedIoUringCmd, queue: Arc<Queue>, issue_flags: IssueFlags<'_
 /// Delivers the request of `slot`, a dispatched io slot of a batch, through its fetch command, or
 /// `head` (the fetch command of the first slot of the batch, until that slot takes it). Returns
 /// the tag of the next slot of the batch.
+///
+/// The slot is held from its dispatch until the server gets the request: nothing else moves a
+/// delivering slot on, so the copy of a write's data and the registration of its buffer, which
+/// may sleep, run while it is held.
 fn deliver_one(
     queue: &Queue,
     slot: &Slot,
     head: &mut Option<QueuedIoUringCmd>,
     issue_flags: IssueFlags<'_>,
 ) -> Option<u16> {
-    let mut io = slot.lock();
+    // A batch is a chain of dispatched slots.
+    let Some(mut io) = slot.hold(Phase::Dispatched) else {
+        warn_on!(true);
+        return None;
+    };
     // Only the first slot of a batch has no command of its own.
     let delivery = if io.cmd().is_none() && head.is_none() {
         None
     } else {
         io.start_delivery()
     };
-    // A batch is a chain of dispatched slots.
     let Some(delivery) = delivery else {
         warn_on!(true);
         return None;
@@ -180,8 +191,7 @@ fn deliver_one(
     }
     if queue.auto_buf_reg && zoned::has_data(served.op()) {
         // The buffer is registered with the server's ring before it learns about the request.
-        drop(io);
-        deliver_registered(queue, slot, served, cmd, issue_flags);
+        deliver_registered(queue, io, served, cmd, issue_flags);
         return next;
     }
     if served.op() != ReqOp::Write || !queue.copies_data() {
@@ -198,26 +208,20 @@ fn deliver_one(
         cmd.done(Ok(uapi::IO_RES_NEED_GET_DATA), issue_flags);
         return next;
     }
-    let addr = io.addr();
-    drop(io);
-    deliver_write(queue, slot, served, cmd, addr, issue_flags);
+    deliver_write(queue, io, served, cmd, issue_flags);
     next
 }
 
-/// Copies the data of `served`, a write of `slot`, to the server's buffer at `addr`, then
+/// Copies the data of `served`, a write of the held slot `io`, to the server's buffer, then
 /// completes the slot's fetch command `cmd`.
 fn deliver_write(
     queue: &Queue,
-    slot: &Slot,
+    mut io: Held<'_>,
     served: Served,
     cmd: QueuedIoUringCmd,
-    addr: u64,
     issue_flags: IssueFlags<'_>,
 ) {
-    let copy = copy_write(&served, addr);
-
-    let mut io = slot.lock();
-    match copy {
+    match copy_write(&served, io.addr()) {
         Copy::Whole => {
             io.serve(served);
             drop(io);
@@ -234,7 +238,6 @@ fn deliver_write(
             // As in the C driver, the write is dispatched again a little later (the server's
             // buffer may be paged in by then), and the command waits for it.
             let aborted = io.rearm_same(queue, cmd);
-            drop(io);
             served.requeue();
             if let Some(cmd) = aborted {
                 cmd.done(Err(RES_ABORT), issue_flags);
@@ -242,9 +245,8 @@ fn deliver_write(
         }
         Copy::Invalid => {
             // The request fails; the command waits for the next request.
+            let ending = io.settle(queue, served, EIO.to_errno(), 0);
             let aborted = io.rearm_same(queue, cmd);
-            let ending = io.settle(served, EIO.to_errno(), 0);
-            drop(io);
             if let Some(cmd) = aborted {
                 cmd.done(Err(RES_ABORT), issue_flags);
             }
@@ -263,22 +265,18 @@ fn deliver_write(
 /// request fails, as in the C driver, and `cmd` waits for the slot's next request.
 fn deliver_registered(
     queue: &Queue,
-    slot: &Slot,
+    mut io: Held<'_>,
     served: Served,
     cmd: QueuedIoUringCmd,
     issue_flags: IssueFlags<'_>,
 ) {
-    let registered = register_auto(slot, &served, &cmd, issue_flags);
-
-    let mut io = slot.lock();
-    if registered || io.need_reg_buf(&served) {
+    if register_auto(&mut io, &served, &cmd, issue_flags) || io.need_reg_buf(&served) {
         io.serve(served);
         drop(io);
         cmd.done(Ok(0), issue_flags);
     } else {
+        let ending = io.settle(queue, served, EIO.to_errno(), 0);
         let aborted = io.rearm_same(queue, cmd);
-        let ending = io.settle(served, EIO.to_errno(), 0);
-        drop(io);
         if let Some(ending) = ending {
             ending.end(queue);
         }
@@ -288,21 +286,21 @@ fn deliver_registered(
     }
 }
 
-/// Registers the data of `served`, the request of `slot`, with the ring of `cmd` at the index
-/// that the slot names (`UBLK_F_AUTO_BUF_REG`), and returns whether that worked.
+/// Registers the data of `served`, the request of the held io slot `io`, with the ring of `cmd`
+/// at the index that the slot names (`UBLK_F_AUTO_BUF_REG`), and returns whether that worked.
 ///
-/// The slot, which the caller must not hold locked, lends the request to the buffer, and records
-/// the ring, which the commit of the request unregisters the buffer from.
+/// The slot lends the request to the buffer, and records the ring, which the commit of the
+/// request unregisters the buffer from.
 pub(crate) fn register_auto(
-    slot: &Slot,
+    io: &mut Held<'_>,
     served: &Served,
     cmd: &QueuedIoUringCmd,
     issue_flags: IssueFlags<'_>,
 ) -> bool {
-    let (rq, index) = slot.lock().lend_auto(served);
+    let (rq, index) = io.lend_auto(served);
     let registered = cmd
         .register_request_buffer::<DiskOps, zerocopy::BufRelease>(rq, index.into(), issue_flags)
         .is_ok();
-    slot.lock().registered_auto(registered.then(|| cmd.ring()));
+    io.registered_auto(registered.then(|| cmd.ring()));
     registered
 }

@@ -23,28 +23,29 @@
 //!
 //! # Who owns what
 //!
-//! - An io slot is its own lock ([`Slot`]); the only lock over a queue is that of its lost
-//!   requests (below), a leaf lock. The slot of a tag is only taken by the request of that tag
-//!   (in `queue_rq` or `queue_rqs`, at most one at a time, since blk-mq hands a tag to one
-//!   request at a time), by the previous request of its batch, which links it, by the server
-//!   thread that fetched the slot (its commands and their task work), by the user copies and
-//!   buffer registrations of the server's threads ([`crate::usercopy`], [`crate::zerocopy`]) and
-//!   io_uring's release of registered buffers, and by the paths that tear the queue down
-//!   ([`crate::teardown`]). Requests of different tags, and so submitters on different CPUs,
-//!   never take the same lock, but for that link within a plug.
+//! - An io slot ([`Slot`]) is held by one context at a time, which moves its phase on
+//!   ([`crate::slot`]); the only lock over a queue is that of its lost requests (below), a leaf
+//!   lock. The slot of a tag is only held by the request of that tag (in `queue_rq` or
+//!   `queue_rqs`, at most one at a time, since blk-mq hands a tag to one request at a time), by
+//!   the previous request of its batch, which links it, by the server thread that fetched the
+//!   slot (its commands and their task work), by the user copies and buffer registrations of the
+//!   server's threads ([`crate::usercopy`], [`crate::zerocopy`]), and by the paths that tear the
+//!   queue down ([`crate::teardown`]); io_uring's release of registered buffers only takes the
+//!   slot's lending lock. Requests of different tags, and so submitters on different CPUs, never
+//!   touch the same slot, but for that link within a plug.
 //! - A request has exactly one owner from `queue_rq` or `queue_rqs` until it ends: a [`Served`]
 //!   value, which is not `Clone`. It is kept in the slot (parked there once ended while lent,
-//!   below), or taken out of it by the function that works on it without the lock (the copies of
-//!   a write's and a read's data, the registration of its buffer), and it is consumed by ending
-//!   the request. The only other references to the request are those that the slot lent and
-//!   counts, and it is only ended once none is left, so ending it does not fail.
+//!   below), or taken out of it by the holder that works on it (the copies of a write's and a
+//!   read's data, the registration of its buffer), and it is consumed by ending the request. The
+//!   only other references to the request are those that the slot lent and counts, and it is
+//!   only ended once none is left, so ending it does not fail.
 //! - A read whose completion the `fail_io_timeout` fault injection dropped ([`Ending::end`]) is
 //!   owned by its queue from then on (`Queue::keep_lost`), until its timer expires and the
 //!   timeout operation ends it, or the server goes away first and
 //!   [`crate::teardown::abort_all`] does ([`end_lost`]); whichever takes it out of the queue's
 //!   list ends it.
 //! - The io descriptor of a slot has one writer, kept in the slot, so writes to it are serialised
-//!   by the slot's lock.
+//!   by holding the slot.
 //! - The server's command is owned by the slot while it waits, by a dispatched slot that waits
 //!   for the task work of its batch, by the batch whose first command it is until the batch is
 //!   submitted, by the task work that completes it, or by io_uring once it completed.
@@ -69,8 +70,9 @@
 
 use crate::{
     device::UblkDevice,
-    queue::{Queue, Rq, Slot},
+    queue::{Queue, Rq},
     shmem,
+    slot::Slot,
     uapi::{AutoBufReg, IoCmd},
 };
 use kernel::{
@@ -166,8 +168,8 @@ impl Served {
     /// queue (user recovery): `UBLK_U_CMD_END_USER_RECOVERY` kicks the list, and so does
     /// stopping the device, which fails them.
     ///
-    /// Called under the lock of the request's io slot, after the queue's state was read under
-    /// it, so that [`Queue::sync`] waits for it. The request must not be lent.
+    /// Called in `queue_rq`, or by the holder of the request's io slot, after the queue's state
+    /// was read, so that [`Queue::sync`] waits for it. The request must not be lent.
     pub(crate) fn shelve(self) {
         // By the type invariants, `rq` is the only reference, since the slot lent none.
         if let Err(rq) = Request::requeue_unkicked(self.rq) {
@@ -364,7 +366,7 @@ pub(crate) fn end_request(rq: ARef<Rq>, error: i32, bytes: u32, _bh: &LocalBhDis
 /// ([`crate::slot::Io::settle`]), and the last user of the request ends it, with the result
 /// recorded then.
 pub(crate) fn with_lent<R>(queue: &Queue, slot: &Slot, f: impl FnOnce(&Rq) -> R) -> Result<R> {
-    let rq = slot.lock().lend()?;
+    let rq = slot.lend()?;
     let ret = f(&rq);
     // The request may end below, once this is its only other reference.
     drop(rq);
@@ -375,7 +377,7 @@ pub(crate) fn with_lent<R>(queue: &Queue, slot: &Slot, f: impl FnOnce(&Rq) -> R)
 /// Gives back a reference to the request of `slot` that [`crate::slot::Io::lend`] lent, which the
 /// caller dropped, and ends the request if it was parked and this was its last user.
 pub(crate) fn give_back(queue: &Queue, slot: &Slot) {
-    let parked = slot.lock().give_back();
+    let parked = slot.give_back();
     if let Some(parked) = parked {
         parked.end(queue);
     }
@@ -428,8 +430,8 @@ pub(crate) enum Committed {
     /// The request ends with this errno (0 or negative) and these bytes.
     Done(i32, u32),
     /// In copy mode, the data of a read is to be copied from the server's buffer first, up to
-    /// this many bytes ([`Committed::into_result`]). The copy may fault, so it is not done under
-    /// the lock of the slot.
+    /// this many bytes ([`Committed::into_result`]). The copy may fault: the holder of the slot
+    /// does it.
     CopyRead(u32),
 }
 

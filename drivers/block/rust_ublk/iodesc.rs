@@ -101,7 +101,7 @@ pub(crate) fn new_descs(depth: u16, desc_size: u16) -> Result<(Arc<DescPages>, K
 
 /// The writer of the io descriptor of one io slot.
 ///
-/// Writing takes `&mut self`, so whoever owns the writer (the io slot, under its lock) serialises
+/// Writing takes `&mut self`, so whoever owns the writer (the holder of the io slot) serialises
 /// the writes of that descriptor.
 ///
 /// # Invariants

@@ -18,7 +18,7 @@ use crate::{
     io,
     iodesc::{self, DescPages},
     shmem,
-    slot::Io,
+    slot::Slot,
     unpriv::{Owner, Unprivileged},
     zoned,
 };
@@ -34,9 +34,11 @@ use kernel::{
     prelude::*,
     sync::{
         aref::ARef,
-        atomic::{Atomic, AtomicType, Relaxed},
+        atomic::{Atomic, AtomicType, Full, Relaxed},
+        rcu::synchronize_rcu,
         Arc, ArcBorrow, SpinLock,
     },
+    time::{delay::fsleep, Delta},
     warn_on,
 };
 
@@ -106,17 +108,14 @@ unsafe impl AtomicType for QueueState {
     type Repr = i32;
 }
 
-/// An io slot, under its own lock.
-pub(crate) type Slot = SpinLock<Io>;
-
 /// A ublk queue: a hardware queue of the disk, served by the server's io_uring commands.
 ///
 /// There is no lock over the whole queue but that of `lost`, a leaf lock taken in process context
-/// only, with no other lock held: each io slot has its own, which the request of its tag and the
-/// server thread that fetched it take (see [`crate::io`]). The state of the queue is an
-/// atomic that the io paths read under the lock of a slot, and that the paths that change it
-/// (cancellation, `/dev/ublkcN` release, `UBLK_U_CMD_STOP_DEV`) write before they take the slot
-/// locks one after the other: a slot either sees the new state, or is visited after it.
+/// only, with no other lock held: each io slot is held in turn by the request of its tag and the
+/// server thread that fetched it (see [`crate::io`] and [`crate::slot`]). The state of the queue
+/// is an atomic that the io paths read while they hold a slot, and that the paths that change it
+/// (cancellation, `/dev/ublkcN` release, `UBLK_U_CMD_STOP_DEV`) write before they visit the
+/// slots one after the other: a slot either is visited, or its holder sees the new state.
 pub(crate) struct Queue {
     /// Whether requests complete through `blk_mq_complete_request_remote()`, on the CPU that
     /// `rq_affinity` picks (`UBLK_F_SUPPORT_RQ_AFFINITY`).
@@ -152,8 +151,8 @@ pub(crate) struct Queue {
     pub(crate) events: Option<Pin<KBox<EventQueue>>>,
     /// Whether the queue is served.
     state: Atomic<QueueState>,
-    /// The io slots, one per tag.
-    slots: KVec<Pin<KBox<Slot>>>,
+    /// The io slots, one per tag, in one allocation.
+    slots: Pin<KBox<[Slot]>>,
     /// The reads whose completion the `fail_io_timeout` fault injection dropped, until they time
     /// out ([`io::Ending::end`], [`DiskOps::timeout`]) or the server goes away
     /// ([`crate::teardown::abort_all`]).
@@ -174,13 +173,13 @@ impl Queue {
         shmem: Option<Arc<shmem::Table>>,
     ) -> Result<Arc<Self>> {
         let (desc_pages, writers) = iodesc::new_descs(depth, desc_size)?;
-        let mut slots = KVec::with_capacity(depth.into(), GFP_KERNEL)?;
-        for desc in writers {
-            slots.push(
-                KBox::pin_init(new_spinlock!(Io::new(desc), "ublk_io"), GFP_KERNEL)?,
-                GFP_KERNEL,
-            )?;
-        }
+        let mut writers = writers.into_iter();
+        let slots = KBox::pin_slice(
+            // `new_descs` returns one writer per tag.
+            |_| Slot::new(writers.next()),
+            depth.into(),
+            GFP_KERNEL,
+        )?;
         let lost = KBox::pin_init(
             new_spinlock!(KVec::with_capacity(depth.into(), GFP_KERNEL)?, "ublk_lost"),
             GFP_KERNEL,
@@ -218,6 +217,13 @@ impl Queue {
         !(self.user_copy || self.zero_copy || self.auto_buf_reg)
     }
 
+    /// Returns whether the io slots of the queue may lend their requests to user copies and
+    /// registered buffers: only where the server reaches the data itself.
+    #[inline]
+    pub(crate) fn lends(&self) -> bool {
+        !self.copies_data()
+    }
+
     /// Keeps `rq`, the only reference to a started request of this queue whose completion the
     /// fault injection dropped (not marked complete), until it times out.
     pub(crate) fn keep_lost(&self, rq: ARef<Rq>) {
@@ -249,18 +255,20 @@ impl Queue {
     /// Returns the io slot `tag`, if the queue has one.
     #[inline]
     pub(crate) fn slot(&self, tag: usize) -> Option<&Slot> {
-        self.slots.get(tag).map(|slot| &**slot)
+        self.slots.get(tag)
     }
 
     /// Returns the io slots.
     pub(crate) fn slots(&self) -> impl Iterator<Item = &Slot> {
-        self.slots.iter().map(|slot| &**slot)
+        self.slots.iter()
     }
 
     /// Returns whether the queue is served.
     ///
-    /// The io paths read it under the lock of an io slot, and so see a change made before that
-    /// slot was visited.
+    /// The io paths read it while they hold an io slot. The changes below are fully ordered, and
+    /// come before the slots are visited: a slot that a visit finds held is let go by a holder
+    /// that reads the state again afterwards, if it left a command in the slot
+    /// ([`crate::slot::Held::rearm`]).
     #[inline]
     pub(crate) fn state(&self) -> QueueState {
         self.state.load(Relaxed)
@@ -268,7 +276,7 @@ impl Queue {
 
     /// Sets the state of the queue, before the slots are visited.
     pub(crate) fn set_state(&self, state: QueueState) {
-        self.state.store(state, Relaxed);
+        self.state.xchg(state, Full);
     }
 
     /// The server is going away: requests fail from now on, or wait for the next server, unless
@@ -276,7 +284,7 @@ impl Queue {
     pub(crate) fn fail_requests(&self) {
         let _ = self
             .state
-            .cmpxchg(QueueState::Serving, QueueState::Dead, Relaxed);
+            .cmpxchg(QueueState::Serving, QueueState::Dead, Full);
     }
 
     /// A new server fetched every io slot of the queue: it is served again, unless it is stopped.
@@ -290,13 +298,12 @@ impl Queue {
     /// `EREMOTEIO` until a new server serves the queue, unless it is stopped.
     pub(crate) fn fail_io(&self) {
         for from in [QueueState::Serving, QueueState::Dead] {
-            let _ = self.state.cmpxchg(from, QueueState::FailIo, Relaxed);
+            let _ = self.state.cmpxchg(from, QueueState::FailIo, Full);
         }
     }
 
-    /// Returns what happens to a request of the queue that no server takes, read under the lock
-    /// of its io slot (`__ublk_abort_rq()`, `__ublk_fail_req()`): `owned` if the server that went
-    /// away had it already.
+    /// Returns what happens to a request of the queue that no server takes (`__ublk_abort_rq()`,
+    /// `__ublk_fail_req()`): `owned` if the server that went away had it already.
     pub(crate) fn no_server(&self, owned: bool) -> NoServer {
         match self.state() {
             QueueState::Stopping => NoServer::Fail(EIO),
@@ -307,12 +314,20 @@ impl Queue {
         }
     }
 
-    /// Waits until the paths that read the queue's state under the lock of an io slot saw the
-    /// state that the caller set: a request put aside because of an older state is on the
-    /// requeue list once this returns.
+    /// Waits until the paths that read the queue's state saw the state that the caller set: a
+    /// request put aside because of an older state is on the requeue list once this returns.
+    /// Process context only; the caller holds no io slot.
     pub(crate) fn sync(&self) {
+        // blk-mq runs `queue_rq` and `queue_rqs` in RCU read-side critical sections, since the tag
+        // set is not blocking: the requests that they refused are put aside after a grace period.
+        synchronize_rcu();
+        // The other paths hold the io slot of the request while they read the state, and let go
+        // of it soon (a copy of the server's memory may fault first): none waits for anything
+        // that the callers of this function hold.
         for slot in self.slots() {
-            drop(slot.lock());
+            while slot.phase().is_none() {
+                fsleep(Delta::from_micros(100));
+            }
         }
     }
 }

@@ -23,17 +23,19 @@
 //!   and a [`device::Server`] (detached, or attached with the count of fetched io slots), both
 //!   under the device lock.
 //! - Each queue ([`queue::Queue`]) has a [`queue::QueueState`] (serving, dead, stopping, failing
-//!   I/O), an atomic, and its io slots ([`slot`]), each under its own lock: idle, holding the
-//!   server's fetch command, or owning a request that is on its way to the server or that the
-//!   server serves. A slot lends its request to user copies and registered buffers, and keeps a
-//!   request that ended while lent parked until the last of them gives it back. [`io`] says who
-//!   owns a slot and its request when.
+//!   I/O), an atomic, and its io slots ([`slot`]): idle, holding the server's fetch command, or
+//!   owning a request that is on its way to the server or that the server serves. A slot has no
+//!   lock: a context holds it by moving its atomic phase to "held" ([`slot::Slot::hold`]), and
+//!   nobody waits for a held slot. A slot lends its request to user copies and registered
+//!   buffers, and keeps a request that ended while lent parked until the last of them gives it
+//!   back. [`io`] says who owns a slot and its request when.
 //! - With user recovery, a request that no server takes is put aside on the queue's requeue list
-//!   without a kick ([`queue::NoServer`]), under the lock of its io slot, after reading the
-//!   queue's state under that lock. Whoever changes the state so that such requests must move
-//!   (`UBLK_U_CMD_END_USER_RECOVERY`, stopping the device) changes it, then takes and drops every
-//!   slot lock of the queue ([`queue::Queue::sync`]), then kicks the list: no request put aside
-//!   under the old state is missed.
+//!   without a kick ([`queue::NoServer`]), by blk-mq's `queue_rq` (in an RCU read-side critical
+//!   section) or by a context that holds its io slot, after reading the queue's state. Whoever
+//!   changes the state so that such requests must move (`UBLK_U_CMD_END_USER_RECOVERY`, stopping
+//!   the device) changes it, then waits for an RCU grace period and for every held slot of the
+//!   queue to be let go ([`queue::Queue::sync`]), then kicks the list: no request put aside under
+//!   the old state is missed.
 //!
 //! # Locks
 //!
@@ -65,22 +67,23 @@
 //!      the queues' states that a cancellation sets under `canceled`.
 //! 6. `UblkDevice::server_mm` (spinlock): the address space of the server. Taken by `mmap`, under
 //!    the mmap lock.
-//! 7. [`queue::Slot`] (spinlock, one per io slot): the slot's state, its request and the writer
-//!    of its io descriptor. Taken by blk-mq's `queue_rq` for the request of that tag (process
-//!    context: the submitter, or blk-mq's work items), by the server's io commands for the slot
-//!    and their task work, by user copies (`read_iter`/`write_iter` of any server thread) and
-//!    buffer registrations, by io_uring's release of a registered buffer (process context, with
-//!    that ring's lock), and by cancellation and teardown, which visit the slots one at a time.
-//!    Under it, commands are only handed to task work (`io_uring_cmd_complete_in_task()`, which
-//!    takes none of these locks), and requests are put aside on the requeue list
-//!    (`blk_mq_requeue_request()`, which takes the queue's requeue lock and the lock of an I/O
-//!    scheduler); they are completed, buffers registered or unregistered, user memory copied,
-//!    requests ended and task references put after it is dropped. No two slot locks are held at
-//!    once.
+//! 7. [`slot::Lending`] (spinlock, one per io slot): what the slot lent of its request to user
+//!    copies and registered buffers, and the request parked until they give it back. Taken by
+//!    the lenders (`read_iter`/`write_iter` of any server thread, buffer registrations, while
+//!    they hold the slot), by io_uring's release of a registered buffer (process context, with
+//!    that ring's lock), and by the holder of the slot when the request ends (not in copy mode,
+//!    which lends nothing); innermost: nothing is ended under it.
 //! 8. [`batch::EventQueue`] (spinlock, one per queue of a device with `UBLK_F_BATCH_IO`): the tags
-//!    of the requests that wait for the server's fetch commands, and those commands. Taken under
-//!    a slot lock to queue the tag of its request, or alone; innermost: nothing is completed,
-//!    handed to task work or copied under it.
+//!    of the requests that wait for the server's fetch commands, and those commands. Taken while
+//!    holding an io slot to queue the tag of its request, or alone; innermost: nothing is
+//!    completed, handed to task work or copied under it.
+//!
+//! An io slot ([`slot::Slot`]) is not a lock, and nothing waits for it but
+//! [`queue::Queue::sync`] (process context, with the device lock): its holders (blk-mq's
+//! `queue_rq`, the server's commands and their task work, lenders, cancellation and teardown)
+//! may take locks 7 and 8 and sleep while they hold it (user memory is copied, buffers are
+//! registered), but never take the device lock; commands are completed, requests ended and task
+//! references put after the slot is let go. No context holds two slots at once.
 //! 9. The server of an unprivileged device ([`unpriv::Unprivileged`], spinlock): the process that
 //!    a request that timed out kills. Taken under the device lock by `open` and `release` of
 //!    `/dev/ublkcN`, or alone by blk-mq's timeout work; innermost: the process is signalled, and

@@ -38,6 +38,24 @@
 //! with (a fetch, a dispatch, a commit, a cancellation) checks the phase it starts from and
 //! refuses; one that can only follow a transition that the same caller made (serving a request
 //! whose delivery it started) warns if the phase is not the one it expects.
+//!
+//! # Holding a slot
+//!
+//! A [`Slot`] has no lock. Its phase is also an atomic word, and a context reaches the slot's
+//! state by moving that word from the phase it expects to "held" ([`Slot::hold`]): one
+//! compare-and-exchange, which fails if the slot is in another phase or held by someone else.
+//! The holder then owns the state, may sleep (copy user memory, register a buffer), and makes the
+//! phase it left visible when it lets go ([`Held`]'s drop). Nobody waits for a held slot: each
+//! phase has one context that moves it on (blk-mq's `queue_rq` a fetched slot, the server's task
+//! a dispatched one, the server thread that fetched the slot one it serves), and a context that
+//! finds the slot held is one that races with that owner and loses, as it would find the slot in
+//! the phase that follows (a cancellation finds a fetched slot dispatched). Where losing could
+//! leave a command behind (a commit re-arms the slot while the device stops), the holder checks
+//! again after letting go ([`Held::release_armed`]).
+//!
+//! A request that the server serves may be lent to user copies and registered buffers, which
+//! give it back from any context; what was lent is counted under a small lock of its own
+//! ([`Lending`]), which copy mode, where nothing is lent, never takes.
 
 use crate::{
     io::{Ending, Served},
@@ -46,18 +64,25 @@ use crate::{
     uapi::{self, AutoBufReg, IoDesc},
     zoned,
 };
+use core::cell::UnsafeCell;
 use kernel::{
     block::{ReqOp, SECTOR_SHIFT},
     current,
     io_uring::{QueuedIoUringCmd, RingId},
+    new_spinlock,
     prelude::*,
-    sync::aref::ARef,
+    sync::{
+        aref::ARef,
+        atomic::{Acquire, Atomic, Full, Relaxed, Release},
+        SpinLock,
+    },
     task::Task,
     warn_on,
 };
 
 /// Where an io slot is in its cycle.
 #[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
 pub(crate) enum Phase {
     /// The server has no command for the slot.
     Idle,
@@ -88,6 +113,29 @@ pub(crate) enum Phase {
     Queued,
 }
 
+/// The value of [`Slot::state`] while a context holds the slot.
+const HELD: i32 = -1;
+
+impl Phase {
+    const ALL: [Phase; 10] = [
+        Phase::Idle,
+        Phase::Fetched,
+        Phase::Dispatched,
+        Phase::Delivering,
+        Phase::Committing,
+        Phase::Serving,
+        Phase::NeedGetData,
+        Phase::Aborted,
+        Phase::Prepared,
+        Phase::Queued,
+    ];
+
+    /// Returns the phase whose value [`Slot::state`] holds, or `None` while the slot is held.
+    fn from_word(word: i32) -> Option<Phase> {
+        Self::ALL.into_iter().find(|phase| *phase as i32 == word)
+    }
+}
+
 /// An io slot.
 ///
 /// # Invariants
@@ -97,23 +145,13 @@ pub(crate) enum Phase {
 /// - `served` is `Some` in [`Phase::Dispatched`], [`Phase::Serving`], [`Phase::NeedGetData`]
 ///   and [`Phase::Queued`]; `None` in every other phase, when the function that runs the
 ///   transition holds the request.
-/// - `lent` counts the references to the slot's request that [`Io::lend`] handed out and that
-///   were not given back yet.
 /// - `next` is `None` but in [`Phase::Dispatched`].
-/// - `lent > 0` while `parked` is `Some`, and the parked request is the slot's only request: it
-///   keeps its tag, so no other request reaches the slot until it ends. A request is parked from
-///   the phase that follows its commit or failure (`Committing`, `Prepared`, `Fetched`,
-///   `Aborted`, or `Idle` once the server is gone), until the last reference comes back.
 pub(crate) struct Io {
     phase: Phase,
     cmd: Option<QueuedIoUringCmd>,
     served: Option<Served>,
     /// In [`Phase::Dispatched`]: the tag of the next io slot of the batch.
     next: Option<u16>,
-    lent: u32,
-    /// The request, with its result recorded, that ended while it was lent: the last user of it
-    /// ends it.
-    parked: Option<Served>,
     /// The server's buffer for the data of the slot's requests.
     addr: u64,
     /// Where the buffer of the slot's next request goes (`UBLK_F_AUTO_BUF_REG`).
@@ -142,11 +180,6 @@ pub(crate) struct Delivery {
     pub(crate) next: Option<u16>,
 }
 
-/// Returns whether `task` is the calling thread.
-fn is_current(task: &Task) -> bool {
-    core::ptr::eq(task, &**current!())
-}
-
 impl Io {
     pub(crate) fn new(desc: DescWriter) -> Self {
         // INVARIANT: `Idle` holds no command and no request, and nothing is lent.
@@ -155,19 +188,12 @@ impl Io {
             cmd: None,
             served: None,
             next: None,
-            lent: 0,
-            parked: None,
             addr: 0,
             auto_reg: AutoBufReg::default(),
             auto_registered: None,
             task: None,
             desc,
         }
-    }
-
-    /// Returns the phase of the slot.
-    pub(crate) fn phase(&self) -> Phase {
-        self.phase
     }
 
     /// Returns the server's buffer for the data of the slot's requests.
@@ -197,39 +223,14 @@ impl Io {
         }
     }
 
-    /// Checks that the slot belongs to the calling server thread and that the server owns its
-    /// request, as the C driver does before it looks at a command other than a fetch.
-    pub(crate) fn check_owner(&self) -> Result {
-        if !self.is_own_thread() {
-            return Err(EINVAL);
-        }
-        match self.phase {
-            Phase::Serving | Phase::NeedGetData => Ok(()),
-            _ => Err(EBUSY),
-        }
-    }
-
-    /// Returns whether the calling thread is the server thread that fetched the slot.
-    pub(crate) fn is_own_thread(&self) -> bool {
-        self.task.as_deref().is_some_and(is_current)
-    }
-
-    /// Checks that the server was not asked for the buffer of the slot's write
-    /// (`UBLK_F_NEED_GET_DATA`), which only `UBLK_U_IO_NEED_GET_DATA` answers.
-    pub(crate) fn check_not_need_get_data(&self) -> Result {
-        match self.phase {
-            Phase::NeedGetData => Err(EINVAL),
-            _ => Ok(()),
-        }
-    }
-
     /// `Idle` -> `Fetched`: keeps `cmd`, the first fetch command of the calling server thread
     /// for the slot, with the buffer `addr` and `auto_reg` for its requests, and returns the
-    /// thread that fetched the slot before, whose reference the caller puts without the lock.
+    /// thread that fetched the slot before, whose reference the caller puts once it let go of the
+    /// slot and of the device lock.
     ///
     /// The caller checked that the slot is idle; a slot that is not keeps its state, and `cmd`
     /// is returned.
-    pub(crate) fn fetch(
+    fn fetch(
         &mut self,
         cmd: QueuedIoUringCmd,
         addr: u64,
@@ -458,9 +459,8 @@ impl Io {
     /// `Delivering` or `Committing` -> `Fetched`: keeps `fetch`, a command that the server sent
     /// with the buffer `addr`, to wait for the slot's next request. If the queue is not served
     /// (the device is stopped or quiesced, or the server is going away), the slot is `Aborted`
-    /// and `fetch` is returned, for the caller to complete with `UBLK_IO_RES_ABORT` once the lock
-    /// is dropped.
-    pub(crate) fn rearm(
+    /// and `fetch` is returned, for the caller to complete with `UBLK_IO_RES_ABORT`.
+    fn rearm(
         &mut self,
         queue: &Queue,
         fetch: QueuedIoUringCmd,
@@ -479,16 +479,6 @@ impl Io {
         self.cmd = Some(fetch);
         self.phase = Phase::Fetched;
         None
-    }
-
-    /// As [`Io::rearm`], with the slot's buffer.
-    pub(crate) fn rearm_same(
-        &mut self,
-        queue: &Queue,
-        fetch: QueuedIoUringCmd,
-    ) -> Option<QueuedIoUringCmd> {
-        let addr = self.addr;
-        self.rearm(queue, fetch, addr)
     }
 
     /// `Delivering` -> `Aborted`: the server's task exits, and `fetch` completes with
@@ -551,9 +541,9 @@ impl Io {
     }
 
     /// `Aborted` or `Prepared` -> `Idle`: the server is gone, and a new one may fetch or offer
-    /// the slot. Returns the thread that fetched it, whose reference the caller puts without the
-    /// lock.
-    pub(crate) fn reset(&mut self) -> Option<ARef<Task>> {
+    /// the slot. Returns the thread that fetched it, whose reference the caller puts once it let
+    /// go of the slot.
+    fn reset(&mut self) -> Option<ARef<Task>> {
         if matches!(self.phase, Phase::Aborted | Phase::Prepared) {
             // INVARIANT: Neither holds a command or a request, nor does `Idle`.
             self.phase = Phase::Idle;
@@ -561,28 +551,279 @@ impl Io {
         self.task.take()
     }
 
+    /// After a failed automatic registration of the buffer of `served`, the slot's request:
+    /// returns whether the server registers it itself (`UBLK_AUTO_BUF_REG_FALLBACK`), and then
+    /// tells it so in the io descriptor (`UBLK_IO_F_NEED_REG_BUF`). Otherwise the request fails.
+    pub(crate) fn need_reg_buf(&mut self, served: &Served) -> bool {
+        if !self.auto_reg.fallback {
+            return false;
+        }
+        if let Some(mut desc) = describe(served, self.addr) {
+            desc.op_flags |= uapi::IO_F_NEED_REG_BUF;
+            self.desc.write(&desc);
+        }
+        true
+    }
+}
+
+/// What an io slot lent of its request, and the request that waits for it to come back.
+///
+/// # Invariants
+///
+/// - `lent` counts the references to the slot's request that [`Held::lend`] and
+///   [`Held::lend_auto`] handed out and that were not given back yet.
+/// - `lent > 0` while `parked` is `Some`, and the parked request is the slot's only request: it
+///   keeps its tag, so no other request reaches the slot until it ends. A request is parked from
+///   the phase that follows its commit or failure (`Committing`, `Prepared`, `Fetched`,
+///   `Aborted`, or `Idle` once the server is gone), until the last reference comes back.
+/// - `lent` is 0 in a queue that copies the data of requests ([`Queue::lends`]).
+pub(crate) struct Lending {
+    lent: u32,
+    /// The request, with its result recorded, that ended while it was lent: the last user of it
+    /// ends it.
+    parked: Option<Served>,
+}
+
+/// An io slot: the state of one tag of a queue.
+///
+/// # Invariants
+///
+/// - `state` is [`HELD`] while a [`Held`] of the slot exists, and only then; otherwise it is the
+///   phase of `io`.
+/// - `io` is only reached through the [`Held`] that holds the slot.
+/// - `task` points to the task that `io` names as the server thread that fetched the slot, or is
+///   null if it names none; it is never dereferenced.
+#[pin_data]
+pub(crate) struct Slot {
+    state: Atomic<i32>,
+    task: Atomic<*const Task>,
+    io: UnsafeCell<Io>,
+    #[pin]
+    lending: SpinLock<Lending>,
+}
+
+// SAFETY: `io` is only reached through the one `Held` that holds the slot, which the atomic
+// `state` hands to one context at a time (with acquire and release ordering), as a lock would,
+// and `Io` may move between threads. The other fields are atomics and a lock.
+unsafe impl Sync for Slot {}
+
+// SAFETY: `Io` may move between threads; `task` is only compared.
+unsafe impl Send for Slot {}
+
+impl Slot {
+    /// Returns the initializer of an io slot whose io descriptor `desc` writes, which fails with
+    /// `EINVAL` if there is none.
+    pub(crate) fn new(desc: Option<DescWriter>) -> impl PinInit<Self, Error> {
+        // INVARIANT: The slot is idle and not held, names no thread, and lent nothing.
+        try_pin_init!(Self {
+            state: Atomic::new(Phase::Idle as i32),
+            task: Atomic::new(core::ptr::null()),
+            io: UnsafeCell::new(Io::new(desc.ok_or(EINVAL)?)),
+            lending <- new_spinlock!(Lending { lent: 0, parked: None }, "ublk_lending"),
+        }? Error)
+    }
+
+    /// Holds the slot if it is in phase `from`, and returns the guard that reaches its state.
+    /// `None` if it is in another phase, or held.
+    #[inline]
+    pub(crate) fn hold(&self, from: Phase) -> Option<Held<'_>> {
+        // The acquire pairs with the release of the previous holder.
+        self.state.cmpxchg(from as i32, HELD, Acquire).ok()?;
+        // INVARIANT: The exchange moved `state` to `HELD`, for this guard, whose drop moves it
+        // back to a phase.
+        Some(Held {
+            slot: self,
+            // SAFETY: `state` went from a phase to `HELD` above, and only the guard made here
+            // moves it away from `HELD`, when it is dropped: until then no other context reaches
+            // `io` (type invariants), so this is its only reference.
+            io: unsafe { &mut *self.io.get() },
+        })
+    }
+
+    /// Holds the slot if it is in one of the phases `from`.
+    pub(crate) fn hold_any(&self, from: &[Phase]) -> Option<Held<'_>> {
+        from.iter().find_map(|phase| self.hold(*phase))
+    }
+
+    /// Returns the phase of the slot, or `None` while it is held.
+    #[inline]
+    pub(crate) fn phase(&self) -> Option<Phase> {
+        Phase::from_word(self.state.load(Relaxed))
+    }
+
+    /// Returns whether the calling thread is the server thread that fetched the slot.
+    #[inline]
+    pub(crate) fn is_own_thread(&self) -> bool {
+        core::ptr::eq(self.task.load(Relaxed), &**current!())
+    }
+
+    /// Checks that the slot belongs to the calling server thread and that the server owns its
+    /// request, as the C driver does before it looks at a command other than a fetch: `EINVAL`
+    /// for another thread, `EBUSY` if the server does not own the request, or if another context
+    /// holds the slot right now.
+    pub(crate) fn check_owner(&self) -> Result {
+        if !self.is_own_thread() {
+            return Err(EINVAL);
+        }
+        match self.phase() {
+            Some(Phase::Serving | Phase::NeedGetData) => Ok(()),
+            _ => Err(EBUSY),
+        }
+    }
+
     /// Lends a reference to the request that the server serves in the slot, with data (a read or
-    /// a write), to a user copy or a registered buffer; `EINVAL` if there is none. The slot
-    /// counts it until it comes back through [`Io::give_back`].
-    pub(crate) fn lend(&mut self) -> Result<ARef<Rq>> {
-        let served = self.serving().ok_or(EINVAL)?;
+    /// a write), to a user copy or a registered buffer; `EINVAL` if there is none, or if the slot
+    /// is held (a commit or a failure takes the request). The slot counts it until it comes back
+    /// through [`Slot::give_back`].
+    pub(crate) fn lend(&self) -> Result<ARef<Rq>> {
+        let io = self.hold(Phase::Serving).ok_or(EINVAL)?;
+        let served = io.serving().ok_or(EINVAL)?;
         // Only reads and writes, zone appends and reports have data.
         if !zoned::has_data(served.op()) {
             return Err(EINVAL);
         }
         let rq = served.lend_ref();
-        // INVARIANT: The slot counts this reference in `lent` until it is given back.
-        self.lent += 1;
+        // INVARIANT: The slot counts this reference in `lent` until it is given back; only a
+        // queue whose server reaches the data itself lends (the callers check it).
+        self.lending.lock().lent += 1;
         Ok(rq)
+    }
+
+    /// Returns whether user copies or registered buffers hold the slot's request.
+    pub(crate) fn is_lent(&self) -> bool {
+        self.lending.lock().lent > 0
+    }
+
+    /// Takes back a reference that [`Slot::lend`] or [`Held::lend_auto`] lent, which the caller
+    /// dropped. Returns the request parked in the slot if this was its last user: the caller
+    /// ends it.
+    #[must_use = "the request that this returns must be ended"]
+    pub(crate) fn give_back(&self) -> Option<Ending> {
+        let mut lending = self.lending.lock();
+        // Every reference lent is counted, and given back once.
+        if warn_on!(lending.lent == 0) {
+            return None;
+        }
+        lending.lent -= 1;
+        if lending.lent == 0 {
+            lending.parked.take().map(Ending::recorded)
+        } else {
+            None
+        }
+    }
+}
+
+/// An io slot that the caller holds ([`Slot::hold`]): it reaches the slot's state, and makes the
+/// phase it leaves the slot in visible when it is dropped.
+///
+/// # Invariants
+///
+/// `slot.state` is [`HELD`], for this guard, and `io` is `slot.io`.
+pub(crate) struct Held<'a> {
+    slot: &'a Slot,
+    io: &'a mut Io,
+}
+
+impl Drop for Held<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        // The release pairs with the acquire of the next holder.
+        self.slot.state.store(self.io.phase as i32, Release);
+    }
+}
+
+impl core::ops::Deref for Held<'_> {
+    type Target = Io;
+
+    #[inline]
+    fn deref(&self) -> &Io {
+        self.io
+    }
+}
+
+impl core::ops::DerefMut for Held<'_> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut Io {
+        self.io
+    }
+}
+
+impl Held<'_> {
+    /// Lets go of a slot that the caller left [`Phase::Fetched`] or [`Phase::Aborted`] (re-armed
+    /// with a new fetch command, or not), then checks that `queue` still takes requests. A
+    /// teardown that changed the queue's state while the slot was held found it held and passed
+    /// it by; the command is then taken back, and returned for the caller to complete with
+    /// `UBLK_IO_RES_ABORT`.
+    fn release_armed(self, queue: &Queue) -> Option<QueuedIoUringCmd> {
+        let slot = self.slot;
+        let phase = self.io.phase;
+        // Letting go here instead of in `drop`, fully ordered: either the teardown, which
+        // changes the state with a fully ordered exchange before it visits the slots, finds the
+        // slot fetched, or the state is seen changed below.
+        core::mem::forget(self);
+        slot.state.xchg(phase as i32, Full);
+        if phase != Phase::Fetched || queue.state() == QueueState::Serving {
+            return None;
+        }
+        slot.hold(Phase::Fetched)?.abort_fetch(|_| true)
+    }
+
+    /// `Delivering` or `Committing` -> `Fetched`, and lets go of the slot: see [`Io::rearm`].
+    /// Returns `fetch` if the queue is not served, for the caller to complete with
+    /// `UBLK_IO_RES_ABORT`.
+    #[must_use = "the command that this returns must be completed"]
+    pub(crate) fn rearm(
+        self,
+        queue: &Queue,
+        fetch: QueuedIoUringCmd,
+        addr: u64,
+    ) -> Option<QueuedIoUringCmd> {
+        match self.io.rearm(queue, fetch, addr) {
+            Some(fetch) => Some(fetch),
+            None => self.release_armed(queue),
+        }
+    }
+
+    /// As [`Held::rearm`], with the slot's buffer.
+    #[must_use = "the command that this returns must be completed"]
+    pub(crate) fn rearm_same(
+        self,
+        queue: &Queue,
+        fetch: QueuedIoUringCmd,
+    ) -> Option<QueuedIoUringCmd> {
+        let addr = self.io.addr;
+        self.rearm(queue, fetch, addr)
+    }
+
+    /// `Idle` -> `Fetched`: see [`Io::fetch`]; the slot records the calling thread as the one
+    /// that fetched it.
+    pub(crate) fn fetch(
+        &mut self,
+        cmd: QueuedIoUringCmd,
+        addr: u64,
+        auto_reg: AutoBufReg,
+    ) -> Result<Option<ARef<Task>>, QueuedIoUringCmd> {
+        let old = self.io.fetch(cmd, addr, auto_reg)?;
+        // INVARIANT: `io` now names the calling thread.
+        self.slot.task.store(self.io.task_ptr(), Relaxed);
+        Ok(old)
+    }
+
+    /// `Aborted` or `Prepared` -> `Idle`: see [`Io::reset`]; the slot names no thread any more.
+    pub(crate) fn reset(&mut self) -> Option<ARef<Task>> {
+        // INVARIANT: `io` names no thread once this returns.
+        self.slot.task.store(core::ptr::null(), Relaxed);
+        self.io.reset()
     }
 
     /// Lends a reference to `served`, the slot's request that the server's task delivers, to the
     /// buffer that the driver registers with the server's ring (`UBLK_F_AUTO_BUF_REG`). Returns
     /// it with the index to register it at.
     pub(crate) fn lend_auto(&mut self, served: &Served) -> (ARef<Rq>, u16) {
-        // INVARIANT: The slot counts this reference in `lent` until it is given back.
-        self.lent += 1;
-        (served.lend_ref(), self.auto_reg.index)
+        // INVARIANT: The slot counts this reference in `lent` until it is given back; only a
+        // queue with `UBLK_F_AUTO_BUF_REG` lends it.
+        self.slot.lending.lock().lent += 1;
+        (served.lend_ref(), self.io.auto_reg.index)
     }
 
     /// Records the outcome of the automatic registration of the slot's buffer: the ring it is
@@ -590,50 +831,46 @@ impl Io {
     /// dropped.
     pub(crate) fn registered_auto(&mut self, ring: Option<RingId>) {
         match ring {
-            Some(ring) => self.auto_registered = Some(ring),
+            Some(ring) => self.io.auto_registered = Some(ring),
             // The slot may have lent others (a buffer that an earlier delivery of a batch
             // registered, whose completion could not be posted), which keep the request until
             // they are given back.
             None => {
-                warn_on!(self.lent == 0);
-                self.lent = self.lent.saturating_sub(1);
+                let mut lending = self.slot.lending.lock();
+                warn_on!(lending.lent == 0);
+                lending.lent = lending.lent.saturating_sub(1);
             }
         }
     }
 
     /// Returns whether user copies or registered buffers hold the slot's request.
     pub(crate) fn is_lent(&self) -> bool {
-        self.lent > 0
+        self.slot.is_lent()
     }
 
-    /// Takes back a reference that [`Io::lend`] lent, which the caller dropped. Returns the
-    /// request parked in the slot if this was its last user: the caller ends it.
+    /// Records the result of `served`, the slot's request of `queue`, and returns it to be ended
+    /// now, unless user copies or registered buffers still hold it: then it is parked, and the
+    /// last of them ends it.
     #[must_use = "the request that this returns must be ended"]
-    pub(crate) fn give_back(&mut self) -> Option<Ending> {
-        // Every reference lent is counted, and given back once.
-        if warn_on!(self.lent == 0) {
-            return None;
+    pub(crate) fn settle(
+        &mut self,
+        queue: &Queue,
+        served: Served,
+        error: i32,
+        bytes: u32,
+    ) -> Option<Ending> {
+        // Nothing is lent in copy mode (type invariants of `Lending`).
+        if !queue.lends() {
+            return Some(Ending::new(served, error, bytes));
         }
-        self.lent -= 1;
-        if self.lent == 0 {
-            self.parked.take().map(Ending::recorded)
-        } else {
-            None
-        }
-    }
-
-    /// Records the result of `served`, the slot's request, and returns it to be ended now,
-    /// unless user copies or registered buffers still hold it: then it is parked, and the last
-    /// of them ends it.
-    #[must_use = "the request that this returns must be ended"]
-    pub(crate) fn settle(&mut self, served: Served, error: i32, bytes: u32) -> Option<Ending> {
+        let mut lending = self.slot.lending.lock();
         // A slot has one request at a time, so none is parked yet.
-        if self.lent == 0 || warn_on!(self.parked.is_some()) {
+        if lending.lent == 0 || warn_on!(lending.parked.is_some()) {
             return Some(Ending::new(served, error, bytes));
         }
         served.record(error, bytes);
         // INVARIANT: `lent > 0`, and `served` is the slot's request.
-        self.parked = Some(served);
+        lending.parked = Some(served);
         None
     }
 
@@ -651,31 +888,31 @@ impl Io {
         // A zone report that the driver sent itself waits for no server: its sender, possibly
         // `UBLK_U_CMD_START_DEV` holding the device lock that a new server needs, sees it fail.
         if served.op() == ReqOp::DrvIn {
-            return self.settle(served, EIO.to_errno(), 0);
+            return self.settle(queue, served, EIO.to_errno(), 0);
         }
         match queue.no_server(owned) {
-            NoServer::Shelve if self.lent == 0 => {
+            NoServer::Shelve if !self.is_lent() => {
                 served.shelve();
                 None
             }
             // A request that a buffer still holds cannot go back to blk-mq.
-            NoServer::Shelve => self.settle(served, EIO.to_errno(), 0),
-            NoServer::Fail(err) => self.settle(served, err.to_errno(), 0),
+            NoServer::Shelve => self.settle(queue, served, EIO.to_errno(), 0),
+            NoServer::Fail(err) => self.settle(queue, served, err.to_errno(), 0),
         }
     }
+}
 
-    /// After a failed automatic registration of the buffer of `served`, the slot's request:
-    /// returns whether the server registers it itself (`UBLK_AUTO_BUF_REG_FALLBACK`), and then
-    /// tells it so in the io descriptor (`UBLK_IO_F_NEED_REG_BUF`). Otherwise the request fails.
-    pub(crate) fn need_reg_buf(&mut self, served: &Served) -> bool {
-        if !self.auto_reg.fallback {
-            return false;
-        }
-        if let Some(mut desc) = describe(served, self.addr) {
-            desc.op_flags |= uapi::IO_F_NEED_REG_BUF;
-            self.desc.write(&desc);
-        }
-        true
+/// Deals with `served`, a request of `queue` that blk-mq queued and that the io slot of its tag
+/// does not take, since no server waits there: it waits for the next server, or fails. Nothing
+/// was lent of it.
+pub(crate) fn refuse(queue: &Queue, served: Served) {
+    // A zone report that the driver sent itself waits for no server.
+    if served.op() == ReqOp::DrvIn {
+        return served.finish(queue, EIO.to_errno(), 0);
+    }
+    match queue.no_server(false) {
+        NoServer::Shelve => served.shelve(),
+        NoServer::Fail(err) => served.finish(queue, err.to_errno(), 0),
     }
 }
 

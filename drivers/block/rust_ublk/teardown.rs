@@ -4,17 +4,20 @@
 //! `UBLK_IO_RES_ABORT`, and its requests fail or wait for the next server.
 //!
 //! These paths visit the io slots of a queue one at a time, after changing the queue's state: a
-//! slot either sees the new state under its lock, or is visited after it.
+//! slot is either visited, or held meanwhile by a context that sees the new state when it lets go
+//! ([`crate::slot::Held::rearm`]).
 
 use crate::{
     batch,
     device::UblkDevice,
     io::{end_lost, pdu_queue, pdu_tag, RES_ABORT},
     queue::QueueState,
+    slot::Phase,
 };
 use kernel::{
     io_uring::{IoUringCmdCancel, IssueFlags},
     prelude::*,
+    warn_on,
 };
 
 /// io_uring cancels a command of the server: its ring is torn down or its task exits.
@@ -40,7 +43,10 @@ pub(crate) fn cancel(dev: &UblkDevice, cmd: IoUringCmdCancel<'_>, issue_flags: I
     let Some(slot) = queue.slot(pdu_tag(pdu)) else {
         return;
     };
-    let fetch = slot.lock().abort_fetch(|fetch| cmd.refers_to(fetch));
+    // A slot held meanwhile is being dispatched, and its task work sees the command cancelled.
+    let fetch = slot
+        .hold(Phase::Fetched)
+        .and_then(|mut io| io.abort_fetch(|fetch| cmd.refers_to(fetch)));
     if let Some(fetch) = fetch {
         fetch.done(Err(RES_ABORT), issue_flags);
     }
@@ -65,11 +71,13 @@ pub(crate) fn abort_all(dev: &UblkDevice) {
     start_cancel(dev);
     for queue in dev.queues.iter() {
         for slot in queue.slots() {
-            let ending = {
-                let mut io = slot.lock();
-                io.take_orphan()
-                    .and_then(|served| io.without_server(queue, served, true))
-            };
+            // Nothing holds the slots any more.
+            let ending = slot
+                .hold_any(&[Phase::Serving, Phase::NeedGetData, Phase::Queued])
+                .and_then(|mut io| {
+                    let served = io.take_orphan()?;
+                    io.without_server(queue, served, true)
+                });
             if let Some(ending) = ending {
                 ending.end(queue);
             }
@@ -85,7 +93,7 @@ pub(crate) fn abort_all(dev: &UblkDevice) {
 pub(crate) fn any_lent(dev: &UblkDevice) -> bool {
     dev.queues
         .iter()
-        .any(|queue| queue.slots().any(|slot| slot.lock().is_lent()))
+        .any(|queue| queue.slots().any(|slot| slot.is_lent()))
 }
 
 /// The server is gone: a new server may fetch the io slots again.
@@ -98,8 +106,15 @@ pub(crate) fn reset_all(dev: &UblkDevice, serving: bool) {
             queue.set_state(QueueState::Serving);
         }
         for slot in queue.slots() {
-            // The task reference is not put under the lock.
-            let task = slot.lock().reset();
+            let io = slot.hold_any(&[Phase::Aborted, Phase::Prepared, Phase::Idle]);
+            // Every command of the server completed, so a slot is in one of those phases.
+            let Some(mut io) = io else {
+                warn_on!(true);
+                continue;
+            };
+            // The task reference is put once the slot is let go.
+            let task = io.reset();
+            drop(io);
             drop(task);
         }
     }
@@ -121,7 +136,10 @@ pub(crate) fn stop_all(dev: &UblkDevice) {
 pub(crate) fn abort_commands(dev: &UblkDevice) {
     for queue in dev.queues.iter() {
         for slot in queue.slots() {
-            let cmd = slot.lock().abort_fetch(|_| true);
+            // A slot held meanwhile is let go by a holder that sees the queue's new state.
+            let cmd = slot
+                .hold(Phase::Fetched)
+                .and_then(|mut io| io.abort_fetch(|_| true));
             if let Some(cmd) = cmd {
                 cmd.complete_in_task(|cmd, issue_flags| cmd.done(Err(RES_ABORT), issue_flags));
             }

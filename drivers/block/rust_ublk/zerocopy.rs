@@ -24,6 +24,7 @@ use crate::{
     features::F_SUPPORT_ZERO_COPY,
     io,
     queue::{DiskOps, Queue, Queues, Rq},
+    slot::Phase,
     uapi::{AutoBufReg, IoCmd},
 };
 use kernel::{
@@ -56,18 +57,17 @@ pub(crate) fn register_io_buf<'a>(
     io_cmd: &IoCmd,
 ) -> Result<Issued<'a>> {
     let (queue, slot) = io::slot_of(dev, io_cmd)?;
-    let rq = {
-        let mut io = slot.lock();
-        if io.is_own_thread() {
-            io.check_owner()?;
-            // A write whose buffer the server was asked for takes `UBLK_U_IO_NEED_GET_DATA`.
-            io.check_not_need_get_data()?;
-        }
-        if !queue.zero_copy {
+    if slot.is_own_thread() {
+        slot.check_owner()?;
+        // A write whose buffer the server was asked for takes `UBLK_U_IO_NEED_GET_DATA`.
+        if slot.phase() == Some(Phase::NeedGetData) {
             return Err(EINVAL);
         }
-        io.lend()?
-    };
+    }
+    if !queue.zero_copy {
+        return Err(EINVAL);
+    }
+    let rq = slot.lend()?;
     // CAST: As the C driver, the index is the low 32 bits of `addr`.
     let index = io_cmd.addr as u32;
     let registered = cmd.register_request_buffer::<DiskOps, BufRelease>(rq, index, issue_flags);
