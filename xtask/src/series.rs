@@ -98,6 +98,9 @@ pub fn run(opts: &SeriesOpts) -> Result<()> {
                 &c.start[..12],
                 &c.head[..12]
             ));
+            detail(
+                "add a new file with `git add -f`: the Debian source's .gitignore ignores every new path",
+            );
             detail(format!(
                 "change it there (commit, rebase -i), then: cargo xtask series export {series}{}",
                 if dir == default_dir(&layout, series) {
