@@ -67,7 +67,7 @@ _verify_dev() {
 				--filename=/dev/ublkb"$dev_id" --rw=randwrite \
 				--direct=1 --ioengine=libaio --bs=8k --iodepth=32 \
 				--verify=crc32c --do_verify=1 --verify_state_save=0 \
-				--size=16M > /dev/null; then
+				--size=4M > /dev/null; then
 			_fail "$what, rq_affinity $aff: fio write/verify failed"
 		elif [ "$UBLK_TEST_QUIET" -eq 0 ]; then
 			echo "$what, rq_affinity $aff: verified"
