@@ -796,7 +796,7 @@ fn own_timeout(dir: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-/// The directories of our tests, by the name [`tier::OURS_FILE`] records.
+/// The directories of our tests, by the name `OURS_FILE` (tier/times.rs) records.
 fn ours_dirs(layout: &Layout) -> Vec<(&'static str, PathBuf)> {
     vec![
         ("selftests", layout.repo.join("selftests")),
