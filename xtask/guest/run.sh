@@ -220,7 +220,7 @@ run_one() {
 	# Bash does not take PS4 from the environment as root; BASH_ENV works
 	# (every bash the test starts reads it too: it only sets PS4).
 	# A test may declare a longer timeout of its own ("# xtask-timeout: N";
-	# the host's watchdog allows for it, see own_timeout in selftest.rs).
+	# the host's watchdog allows for it, see own_timeout in selftest/boot.rs).
 	local limit=$TEST_TIMEOUT own
 	own=$(sed -n 's/^# xtask-timeout: \([0-9][0-9]*\)$/\1/p' "$dir/$t" | head -n 1)
 	[ -n "$own" ] && [ "$own" -gt "$limit" ] && limit=$own
