@@ -196,6 +196,7 @@ ratio_one() {
 	user_copy) opts=(-u) ;;
 	zero_copy) opts=(-z) ;;
 	auto_zc) opts=(--auto_zc) ;;
+	batch) opts=(-b) ;;
 	*)
 		ratio_fail "$drv" "$qd" "$r" "$mode: unknown data mode"
 		return 1

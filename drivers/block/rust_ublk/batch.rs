@@ -437,9 +437,9 @@ fn commit_one(
             let _ = cmd.unregister_buffer(index.into(), issue_flags);
         }
     }
-    let ending = io.settle(queue, served, error, bytes);
+    // The slot waits for its next request before the request ends and frees its tag.
     drop(io);
-    if let Some(ending) = ending {
+    if let Some(ending) = slot.settle(served, error, bytes) {
         ending.end(queue);
     }
     Ok(())
@@ -518,7 +518,10 @@ pub(crate) fn queue_rq(queue: &Arc<Queue>, rq: ARef<Rq>, last: bool) {
     // CAST: tags are below the depth of the queue, a `u16`.
     let tag = served.tag() as u16;
     // The server is going away, or did not offer the slot: the request fails, or waits for the
-    // next server.
+    // next server. The state is read before the slot is held, as in `dispatch::dispatch`.
+    if queue.state() != QueueState::Serving {
+        return refuse(queue, served);
+    }
     let mut io = match slot.hold(Phase::Prepared) {
         Some(io) if queue.state() == QueueState::Serving => io,
         Some(io) => {
@@ -763,10 +766,11 @@ fn deliver_tag(
 /// completion could not be posted, may still hold it: the request is then parked, and ends once
 /// it is given back.
 fn fail_delivery(queue: &Queue, mut io: Held<'_>, served: Served) {
+    let slot = io.slot();
     io.end_tag_delivery();
-    let ending = io.settle(queue, served, EIO.to_errno(), 0);
+    // The slot waits for its next request before the request ends and frees its tag.
     drop(io);
-    if let Some(ending) = ending {
+    if let Some(ending) = slot.settle(served, EIO.to_errno(), 0) {
         ending.end(queue);
     }
 }

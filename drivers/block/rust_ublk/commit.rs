@@ -100,7 +100,7 @@ pub(crate) fn commit_and_fetch<'a>(
     cmd.write_pdu(&pdu(io_cmd.q_id, io_cmd.tag));
     let (fetch, queued) = cmd.queue_cancelable(issue_flags);
 
-    let (mut io, taken) = match take_for_commit(slot, queue, io_cmd, auto_reg) {
+    let (io, taken) = match take_for_commit(slot, queue, io_cmd, auto_reg) {
         Ok(taken) => taken,
         Err(e) => {
             fetch.done(Err(e), issue_flags);
@@ -125,10 +125,10 @@ pub(crate) fn commit_and_fetch<'a>(
             let _ = fetch.unregister_buffer(index.into(), issue_flags);
         }
     }
-    let ending = io.settle(queue, served, error, bytes);
     // The slot is offered again before the request ends, which may free its tag for the next
     // request.
     let aborted = io.rearm(queue, fetch, buf_addr(queue, io_cmd, auto_reg));
+    let ending = slot.settle(served, error, bytes);
     if let Some(ending) = ending {
         ending.end(queue);
     }
@@ -157,9 +157,12 @@ fn take_for_commit<'a>(
     io_cmd: &IoCmd,
     auto_reg: Result<AutoBufReg>,
 ) -> Result<(Held<'a>, Taken)> {
-    slot.check_owner()?;
-    // A write whose buffer the server was asked for takes `UBLK_U_IO_NEED_GET_DATA` first; a
-    // slot that another context holds right now is taken.
+    // The errnos of `Slot::check_owner`, then a write whose buffer the server was asked for
+    // takes `UBLK_U_IO_NEED_GET_DATA` first; a slot that another context holds right now is
+    // taken.
+    if !slot.is_own_thread() {
+        return Err(EINVAL);
+    }
     let mut io = slot
         .hold(Phase::Serving)
         .ok_or_else(|| match slot.phase() {

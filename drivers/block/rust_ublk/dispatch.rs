@@ -68,7 +68,12 @@ pub(crate) fn dispatch<'a>(queue: &'a Arc<Queue>, rq: ARef<Rq>, batch: &mut Opti
     // CAST: tags are below the depth of the queue, a `u16`.
     let tag = served.tag() as u16;
     // The server is going away, or has no command to hand the request over with (or a
-    // cancellation is taking it): the request fails, or waits for the next server.
+    // cancellation is taking it): the request fails, or waits for the next server. The state is
+    // read before the slot is held, so that a teardown that changed it, then waited for an RCU
+    // grace period, finds no slot held by a refusal; and again after.
+    if queue.state() != QueueState::Serving {
+        return refuse(queue, served);
+    }
     let mut io = match slot.hold(Phase::Fetched) {
         Some(io) if queue.state() == QueueState::Serving => io,
         Some(io) => {
@@ -96,11 +101,14 @@ pub(crate) fn dispatch<'a>(queue: &'a Arc<Queue>, rq: ARef<Rq>, batch: &mut Opti
         drop(io);
         if let Some(b) = batch {
             // The batch's task work is not queued yet: nothing else holds its last slot.
-            if let Some(mut tail) = queue
+            match queue
                 .slot(b.tail.into())
                 .and_then(|s| s.hold(Phase::Dispatched))
             {
-                tail.link(tag);
+                Some(mut tail) => tail.link(tag),
+                None => {
+                    warn_on!(true);
+                }
             }
             b.tail = tag;
         }
@@ -148,9 +156,9 @@ fn deliver(head: QueuedIoUringCmd, queue: Arc<Queue>, issue_flags: IssueFlags<'_
 /// `head` (the fetch command of the first slot of the batch, until that slot takes it). Returns
 /// the tag of the next slot of the batch.
 ///
-/// The slot is held from its dispatch until the server gets the request: nothing else moves a
-/// delivering slot on, so the copy of a write's data and the registration of its buffer, which
-/// may sleep, run while it is held.
+/// The slot is held from the start of the delivery until the server gets the request: nothing
+/// else moves a delivering slot on, so the copy of a write's data and the registration of its
+/// buffer, which may sleep, run while it is held.
 fn deliver_one(
     queue: &Queue,
     slot: &Slot,
@@ -244,9 +252,11 @@ fn deliver_write(
             }
         }
         Copy::Invalid => {
-            // The request fails; the command waits for the next request.
-            let ending = io.settle(queue, served, EIO.to_errno(), 0);
+            // The request fails; the command waits for the next request, offered before the
+            // request ends and frees its tag.
+            let slot = io.slot();
             let aborted = io.rearm_same(queue, cmd);
+            let ending = slot.settle(served, EIO.to_errno(), 0);
             if let Some(cmd) = aborted {
                 cmd.done(Err(RES_ABORT), issue_flags);
             }
@@ -275,8 +285,10 @@ fn deliver_registered(
         drop(io);
         cmd.done(Ok(0), issue_flags);
     } else {
-        let ending = io.settle(queue, served, EIO.to_errno(), 0);
+        // The command waits for the next request, offered before the request ends.
+        let slot = io.slot();
         let aborted = io.rearm_same(queue, cmd);
+        let ending = slot.settle(served, EIO.to_errno(), 0);
         if let Some(ending) = ending {
             ending.end(queue);
         }

@@ -59,7 +59,7 @@
 //!   ends it ([`give_back`]).
 //!
 //! With user recovery, a request that no server takes may instead wait for the next server on
-//! the requeue list ([`crate::slot::Io::without_server`]).
+//! the requeue list ([`crate::slot::Held::without_server`]).
 //!
 //! Requests end in [`Ending::end`] (directly, or through [`Served::finish`]): inline, or, with
 //! `UBLK_F_SUPPORT_RQ_AFFINITY`, through `blk_mq_complete_request_remote()` so that the queue's
@@ -97,7 +97,9 @@ const REQUEUE_DELAY_MS: usize = 3;
 /// # Invariants
 ///
 /// `rq` is the only reference to the request, but for those that its io slot lent to user copies
-/// and registered buffers and counts in `lent` ([`crate::slot::Io::lend`]).
+/// and registered buffers and counts in `lent` ([`crate::slot::Slot::lend`]), and the one it keeps
+/// to lend from while the server serves the request (`lendable`), which goes when the request is
+/// settled or put aside, before it ends.
 pub(crate) struct Served {
     rq: ARef<Rq>,
     /// The bytes of the request that the server was told about: fewer than the request has if
@@ -133,14 +135,15 @@ impl Served {
 
     /// Ends the request with `error` (0 or a negative errno) and `bytes` (how much of it the
     /// server transferred), as [`Ending::end`] does. The request must not be lent
-    /// ([`crate::slot::Io::settle`] parks it if it is).
+    /// ([`crate::slot::Slot::settle`] parks it if it is).
     pub(crate) fn finish(self, queue: &Queue, error: i32, bytes: u32) {
         Ending::new(self, error, bytes).end(queue);
     }
 
-    /// Returns a reference to the request, for its io slot to lend: only
-    /// [`crate::slot::Io::lend`] and [`crate::slot::Io::lend_auto`] call this, and they count the
-    /// reference until it is given back.
+    /// Returns a reference to the request, for its io slot to lend: only the slot calls this,
+    /// to keep one to lend from while the server serves the request, until it is settled or put
+    /// aside ([`crate::slot::Held::serve`]), and to hand out one that it counts until it is given
+    /// back ([`crate::slot::Held::lend_auto`]).
     pub(crate) fn lend_ref(&self) -> ARef<Rq> {
         self.rq.clone()
     }
@@ -363,7 +366,7 @@ pub(crate) fn end_request(rq: ARef<Rq>, error: i32, bytes: u32, _bh: &LocalBhDis
 /// returns; `EINVAL` if the server serves no request with data there.
 ///
 /// The request does not end while `f` runs: a commit or a failure meanwhile parks it in the slot
-/// ([`crate::slot::Io::settle`]), and the last user of the request ends it, with the result
+/// ([`crate::slot::Slot::settle`]), and the last user of the request ends it, with the result
 /// recorded then.
 pub(crate) fn with_lent<R>(queue: &Queue, slot: &Slot, f: impl FnOnce(&Rq) -> R) -> Result<R> {
     let rq = slot.lend()?;
@@ -374,7 +377,7 @@ pub(crate) fn with_lent<R>(queue: &Queue, slot: &Slot, f: impl FnOnce(&Rq) -> R)
     Ok(ret)
 }
 
-/// Gives back a reference to the request of `slot` that [`crate::slot::Io::lend`] lent, which the
+/// Gives back a reference to the request of `slot` that [`crate::slot::Slot::lend`] lent, which the
 /// caller dropped, and ends the request if it was parked and this was its last user.
 pub(crate) fn give_back(queue: &Queue, slot: &Slot) {
     let parked = slot.give_back();

@@ -174,9 +174,11 @@ impl Queue {
     ) -> Result<Arc<Self>> {
         let (desc_pages, writers) = iodesc::new_descs(depth, desc_size)?;
         let mut writers = writers.into_iter();
+        // The server reaches the data of requests itself: their slots lend them.
+        let lends = flags & (F_USER_COPY | F_SUPPORT_ZERO_COPY | F_AUTO_BUF_REG) != 0;
         let slots = KBox::pin_slice(
             // `new_descs` returns one writer per tag.
-            |_| Slot::new(writers.next()),
+            |_| Slot::new(writers.next(), lends),
             depth.into(),
             GFP_KERNEL,
         )?;
@@ -215,13 +217,6 @@ impl Queue {
     /// copy or zero copy.
     pub(crate) fn copies_data(&self) -> bool {
         !(self.user_copy || self.zero_copy || self.auto_buf_reg)
-    }
-
-    /// Returns whether the io slots of the queue may lend their requests to user copies and
-    /// registered buffers: only where the server reaches the data itself.
-    #[inline]
-    pub(crate) fn lends(&self) -> bool {
-        !self.copies_data()
     }
 
     /// Keeps `rq`, the only reference to a started request of this queue whose completion the
@@ -290,7 +285,7 @@ impl Queue {
     /// A new server fetched every io slot of the queue: it is served again, unless it is stopped.
     pub(crate) fn serve_again(&self) {
         for from in [QueueState::Dead, QueueState::FailIo] {
-            let _ = self.state.cmpxchg(from, QueueState::Serving, Relaxed);
+            let _ = self.state.cmpxchg(from, QueueState::Serving, Full);
         }
     }
 

@@ -4,21 +4,21 @@
 //!
 //! ```text
 //!   from        to                  by                                    method
-//!   Idle        Fetched             UBLK_U_IO_FETCH_REQ                   Io::fetch
+//!   Idle        Fetched             UBLK_U_IO_FETCH_REQ                   Held::fetch
 //!   Fetched     Dispatched          queue_rq                              Io::dispatch
 //!   Fetched     Aborted             io_uring cancels, the device stops    Io::abort_fetch
 //!   Dispatched  Delivering          the server's task work                Io::start_delivery
-//!   Delivering  Serving             the server gets the request           Io::serve
+//!   Delivering  Serving             the server gets the request           Held::serve
 //!   Delivering  NeedGetData         the server is asked for a buffer      Io::ask_for_buffer
 //!   NeedGetData Delivering          UBLK_U_IO_NEED_GET_DATA               Io::start_get_data
-//!   Delivering  Fetched or Aborted  the write waits or fails              Io::rearm
+//!   Delivering  Fetched or Aborted  the write waits or fails              Held::rearm
 //!   Delivering  Aborted             the server's task exits               Io::abort_delivery
 //!   Serving     Committing          UBLK_U_IO_COMMIT_AND_FETCH_REQ        Io::start_commit
-//!   Committing  Fetched or Aborted  the commit offers the slot again      Io::rearm
+//!   Committing  Fetched or Aborted  the commit offers the slot again      Held::rearm
 //!   Serving,
 //!   NeedGetData,
 //!   Queued      Idle                the server is gone                    Io::take_orphan
-//!   Aborted     Idle                a new server may fetch                Io::reset
+//!   Aborted     Idle                a new server may fetch                Held::reset
 //!
 //!   UBLK_F_BATCH_IO:
 //!   Idle        Prepared            UBLK_U_IO_PREP_IO_CMDS                Io::prepare
@@ -27,9 +27,9 @@
 //!   Queued      Prepared            the event queue is full               Io::dequeue
 //!   Queued      Delivering          a fetch command takes the tag         Io::start_tag_delivery
 //!   Delivering  Prepared            the delivery fails                    Io::end_tag_delivery
-//!   Serving     Queued              the delivery is not posted            Io::undeliver
+//!   Serving     Queued              the delivery is not posted            Held::undeliver
 //!   Serving     Prepared            UBLK_U_IO_COMMIT_IO_CMDS              Io::start_batch_commit
-//!   Prepared    Idle                a new server may prepare              Io::reset
+//!   Prepared    Idle                a new server may prepare              Held::reset
 //! ```
 //!
 //! The phase is a plain value, and what a phase owns (the server's command, the request) is kept
@@ -49,12 +49,17 @@
 //! phase has one context that moves it on (blk-mq's `queue_rq` a fetched slot, the server's task
 //! a dispatched one, the server thread that fetched the slot one it serves), and a context that
 //! finds the slot held is one that races with that owner and loses, as it would find the slot in
-//! the phase that follows (a cancellation finds a fetched slot dispatched). Where losing could
-//! leave a command behind (a commit re-arms the slot while the device stops), the holder checks
-//! again after letting go ([`Held::release_armed`]).
+//! the phase that follows (a cancellation finds a fetched slot dispatched). Two kinds of visitor
+//! could find the slot held by a context that then leaves it as it was: the teardown paths,
+//! which change the queue's state and then visit every slot, and `Queue::sync`. `queue_rq` reads
+//! the state before it holds a slot, and the teardown paths wait for an RCU grace period before
+//! they visit (blk-mq calls `queue_rq` in an RCU read-side critical section); a commit that
+//! re-arms the slot meanwhile checks the state again after letting go
+//! ([`Held::rearm`]).
 //!
 //! A request that the server serves may be lent to user copies and registered buffers, which
-//! give it back from any context; what was lent is counted under a small lock of its own
+//! give it back from any context. Lending does not hold the slot: the request, what was lent of
+//! it and the request parked until it comes back are under a small lock of their own
 //! ([`Lending`]), which copy mode, where nothing is lent, never takes.
 
 use crate::{
@@ -73,7 +78,7 @@ use kernel::{
     prelude::*,
     sync::{
         aref::ARef,
-        atomic::{Acquire, Atomic, Full, Relaxed, Release},
+        atomic::{Atomic, Full, Relaxed, Release},
         SpinLock,
     },
     task::Task,
@@ -165,7 +170,7 @@ pub(crate) struct Io {
     desc: DescWriter,
 }
 
-/// What [`Io::undeliver`] leaves to its caller: the index of the buffer registered automatically
+/// What [`Held::undeliver`] leaves to its caller: the index of the buffer registered automatically
 /// for the request, which the caller unregisters.
 pub(crate) struct Undelivered {
     pub(crate) auto_registered: Option<u16>,
@@ -362,7 +367,7 @@ impl Io {
     }
 
     /// `Delivering` -> `Serving`: the server gets the request.
-    pub(crate) fn serve(&mut self, served: Served) {
+    fn serve(&mut self, served: Served) {
         warn_on!(self.phase != Phase::Delivering);
         // INVARIANT: `Serving` holds the request.
         self.served = Some(served);
@@ -372,7 +377,7 @@ impl Io {
     /// `Delivering` -> `Serving`, for a write of which only `bytes` could be copied to the
     /// server's buffer: the server is told about that part only, and the rest is dispatched
     /// again once it is done.
-    pub(crate) fn serve_part(&mut self, mut served: Served, bytes: u32) {
+    fn serve_part(&mut self, mut served: Served, bytes: u32) {
         served.len = bytes;
         self.desc.set_nr_sectors(bytes >> SECTOR_SHIFT);
         self.serve(served);
@@ -400,7 +405,7 @@ impl Io {
 
     /// `Delivering` -> `Serving` after `UBLK_U_IO_NEED_GET_DATA` copied the data of the write to
     /// the buffer `addr`: all of it, or the first `part` bytes.
-    pub(crate) fn serve_got_data(&mut self, served: Served, addr: u64, part: Option<u32>) {
+    fn serve_got_data(&mut self, served: Served, addr: u64, part: Option<u32>) {
         self.addr = addr;
         // The descriptor of a write whose data lies in a registered buffer keeps naming that
         // buffer: it says `UBLK_IO_F_SHMEM_ZC`.
@@ -500,7 +505,7 @@ impl Io {
     /// `Serving` -> `Queued` (`UBLK_F_BATCH_IO`): takes back the delivery of the request, whose
     /// completion could not be posted. Returns whether it was delivered, and the index of its
     /// buffer registered automatically, which the caller unregisters.
-    pub(crate) fn undeliver(&mut self) -> Option<Undelivered> {
+    fn undeliver(&mut self) -> Option<Undelivered> {
         if self.phase != Phase::Serving || self.served.is_none() {
             return None;
         }
@@ -570,14 +575,18 @@ impl Io {
 ///
 /// # Invariants
 ///
-/// - `lent` counts the references to the slot's request that [`Held::lend`] and
+/// - `lendable` is `Some` from the moment the server is given a request with data until the
+///   request is settled, put aside, or taken back: it is the slot's request.
+/// - `lent` counts the references to the slot's request that [`Slot::lend`] and
 ///   [`Held::lend_auto`] handed out and that were not given back yet.
 /// - `lent > 0` while `parked` is `Some`, and the parked request is the slot's only request: it
 ///   keeps its tag, so no other request reaches the slot until it ends. A request is parked from
 ///   the phase that follows its commit or failure (`Committing`, `Prepared`, `Fetched`,
 ///   `Aborted`, or `Idle` once the server is gone), until the last reference comes back.
-/// - `lent` is 0 in a queue that copies the data of requests ([`Queue::lends`]).
+/// - `lendable` is `None` and `lent` is 0 in a slot that does not lend (`Slot::lends`).
 pub(crate) struct Lending {
+    /// A reference to the request that the server serves, with data, which the slot may lend.
+    lendable: Option<ARef<Rq>>,
     lent: u32,
     /// The request, with its result recorded, that ended while it was lent: the last user of it
     /// ends it.
@@ -588,8 +597,8 @@ pub(crate) struct Lending {
 ///
 /// # Invariants
 ///
-/// - `state` is [`HELD`] while a [`Held`] of the slot exists, and only then; otherwise it is the
-///   phase of `io`.
+/// - While a [`Held`] of the slot exists, `state` is [`HELD`]; while `state` is a phase, it is
+///   the phase of `io`. (A [`Held`] that is leaked leaves the slot held for good.)
 /// - `io` is only reached through the [`Held`] that holds the slot.
 /// - `task` points to the task that `io` names as the server thread that fetched the slot, or is
 ///   null if it names none; it is never dereferenced.
@@ -598,6 +607,8 @@ pub(crate) struct Slot {
     state: Atomic<i32>,
     task: Atomic<*const Task>,
     io: UnsafeCell<Io>,
+    /// Whether the slot lends its requests: the server reaches their data itself.
+    lends: bool,
     #[pin]
     lending: SpinLock<Lending>,
 }
@@ -612,14 +623,20 @@ unsafe impl Send for Slot {}
 
 impl Slot {
     /// Returns the initializer of an io slot whose io descriptor `desc` writes, which fails with
-    /// `EINVAL` if there is none.
-    pub(crate) fn new(desc: Option<DescWriter>) -> impl PinInit<Self, Error> {
+    /// `EINVAL` if there is none. The slot lends its requests if `lends`.
+    pub(crate) fn new(desc: Option<DescWriter>, lends: bool) -> impl PinInit<Self, Error> {
+        let lending = Lending {
+            lendable: None,
+            lent: 0,
+            parked: None,
+        };
         // INVARIANT: The slot is idle and not held, names no thread, and lent nothing.
         try_pin_init!(Self {
             state: Atomic::new(Phase::Idle as i32),
             task: Atomic::new(core::ptr::null()),
             io: UnsafeCell::new(Io::new(desc.ok_or(EINVAL)?)),
-            lending <- new_spinlock!(Lending { lent: 0, parked: None }, "ublk_lending"),
+            lends,
+            lending <- new_spinlock!(lending, "ublk_lending"),
         }? Error)
     }
 
@@ -627,17 +644,13 @@ impl Slot {
     /// `None` if it is in another phase, or held.
     #[inline]
     pub(crate) fn hold(&self, from: Phase) -> Option<Held<'_>> {
-        // The acquire pairs with the release of the previous holder.
-        self.state.cmpxchg(from as i32, HELD, Acquire).ok()?;
-        // INVARIANT: The exchange moved `state` to `HELD`, for this guard, whose drop moves it
-        // back to a phase.
-        Some(Held {
-            slot: self,
-            // SAFETY: `state` went from a phase to `HELD` above, and only the guard made here
-            // moves it away from `HELD`, when it is dropped: until then no other context reaches
-            // `io` (type invariants), so this is its only reference.
-            io: unsafe { &mut *self.io.get() },
-        })
+        // The exchange pairs with the release of the previous holder; it is fully ordered, so
+        // that a holder's later read of its queue's state is ordered after it, as against the
+        // visits of `Queue::sync` and the teardown paths, which change the state first.
+        self.state.cmpxchg(from as i32, HELD, Full).ok()?;
+        // INVARIANT: The exchange moved `state` from a phase to `HELD`, for this guard, which
+        // moves it back to a phase when it lets go (its drop, or `Held::release_armed`).
+        Some(Held { slot: self })
     }
 
     /// Holds the slot if it is in one of the phases `from`.
@@ -672,21 +685,60 @@ impl Slot {
     }
 
     /// Lends a reference to the request that the server serves in the slot, with data (a read or
-    /// a write), to a user copy or a registered buffer; `EINVAL` if there is none, or if the slot
-    /// is held (a commit or a failure takes the request). The slot counts it until it comes back
-    /// through [`Slot::give_back`].
+    /// a write), to a user copy or a registered buffer; `EINVAL` if there is none. The slot
+    /// counts it until it comes back through [`Slot::give_back`].
+    ///
+    /// The slot is not held: lenders of one request may run at once, and beside the server
+    /// thread that owns the slot.
     pub(crate) fn lend(&self) -> Result<ARef<Rq>> {
-        let io = self.hold(Phase::Serving).ok_or(EINVAL)?;
-        let served = io.serving().ok_or(EINVAL)?;
-        // Only reads and writes, zone appends and reports have data.
-        if !zoned::has_data(served.op()) {
-            return Err(EINVAL);
-        }
-        let rq = served.lend_ref();
-        // INVARIANT: The slot counts this reference in `lent` until it is given back; only a
-        // queue whose server reaches the data itself lends (the callers check it).
-        self.lending.lock().lent += 1;
+        let mut lending = self.lending.lock();
+        let rq = lending.lendable.clone().ok_or(EINVAL)?;
+        // INVARIANT: The slot counts this reference in `lent` until it is given back.
+        lending.lent += 1;
         Ok(rq)
+    }
+
+    /// Records the result of `served`, the slot's request, which its holder took from it and let
+    /// go of the slot, and returns it to be ended now, unless user copies or registered buffers
+    /// still hold it: then it is parked, and the last of them ends it. The slot lends no more of
+    /// it from now on.
+    ///
+    /// Called once the slot was let go in the phase that follows, so that the tag that the
+    /// request frees when it ends finds the slot ready for the next request.
+    #[must_use = "the request that this returns must be ended"]
+    pub(crate) fn settle(&self, served: Served, error: i32, bytes: u32) -> Option<Ending> {
+        if !self.lends {
+            return Some(Ending::new(served, error, bytes));
+        }
+        let mut lending = self.lending.lock();
+        // The reference to lend from goes before the request ends, which needs its only one.
+        let lendable = lending.lendable.take();
+        // A slot has one request at a time, so none is parked yet.
+        let ending = if lending.lent == 0 || warn_on!(lending.parked.is_some()) {
+            Some(Ending::new(served, error, bytes))
+        } else {
+            served.record(error, bytes);
+            // INVARIANT: `lent > 0`, and `served` is the slot's request.
+            lending.parked = Some(served);
+            None
+        };
+        drop(lending);
+        drop(lendable);
+        ending
+    }
+
+    /// The slot lends nothing more of its request, which no longer is the server's. Returns
+    /// whether something lent of it is still out.
+    fn stop_lending(&self) -> bool {
+        if !self.lends {
+            return false;
+        }
+        let mut lending = self.lending.lock();
+        let lendable = lending.lendable.take();
+        let lent = lending.lent > 0;
+        drop(lending);
+        drop(lendable);
+        lent
     }
 
     /// Returns whether user copies or registered buffers hold the slot's request.
@@ -718,17 +770,18 @@ impl Slot {
 ///
 /// # Invariants
 ///
-/// `slot.state` is [`HELD`], for this guard, and `io` is `slot.io`.
+/// `slot.state` moved from a phase to [`HELD`] for this guard, and stays there until the guard
+/// lets go: no other context reaches `slot.io` meanwhile.
 pub(crate) struct Held<'a> {
     slot: &'a Slot,
-    io: &'a mut Io,
 }
 
 impl Drop for Held<'_> {
     #[inline]
     fn drop(&mut self) {
-        // The release pairs with the acquire of the next holder.
-        self.slot.state.store(self.io.phase as i32, Release);
+        let phase = self.phase as i32;
+        // The release pairs with the exchange of the next holder.
+        self.slot.state.store(phase, Release);
     }
 }
 
@@ -737,14 +790,19 @@ impl core::ops::Deref for Held<'_> {
 
     #[inline]
     fn deref(&self) -> &Io {
-        self.io
+        // SAFETY: By the type invariants, only this guard reaches `slot.io` until it lets go,
+        // which it does not while the returned borrow of it lives.
+        unsafe { &*self.slot.io.get() }
     }
 }
 
 impl core::ops::DerefMut for Held<'_> {
     #[inline]
     fn deref_mut(&mut self) -> &mut Io {
-        self.io
+        // SAFETY: By the type invariants, only this guard reaches `slot.io` until it lets go,
+        // which it does not while the returned borrow of it lives; the borrow of `self` makes it
+        // the only one.
+        unsafe { &mut *self.slot.io.get() }
     }
 }
 
@@ -756,7 +814,7 @@ impl Held<'_> {
     /// `UBLK_IO_RES_ABORT`.
     fn release_armed(self, queue: &Queue) -> Option<QueuedIoUringCmd> {
         let slot = self.slot;
-        let phase = self.io.phase;
+        let phase = self.phase;
         // Letting go here instead of in `drop`, fully ordered: either the teardown, which
         // changes the state with a fully ordered exchange before it visits the slots, finds the
         // slot fetched, or the state is seen changed below.
@@ -768,17 +826,17 @@ impl Held<'_> {
         slot.hold(Phase::Fetched)?.abort_fetch(|_| true)
     }
 
-    /// `Delivering` or `Committing` -> `Fetched`, and lets go of the slot: see [`Io::rearm`].
+    /// `Delivering` or `Committing` -> `Fetched`, and lets go of the slot: see `Io::rearm`.
     /// Returns `fetch` if the queue is not served, for the caller to complete with
     /// `UBLK_IO_RES_ABORT`.
     #[must_use = "the command that this returns must be completed"]
     pub(crate) fn rearm(
-        self,
+        mut self,
         queue: &Queue,
         fetch: QueuedIoUringCmd,
         addr: u64,
     ) -> Option<QueuedIoUringCmd> {
-        match self.io.rearm(queue, fetch, addr) {
+        match Io::rearm(&mut self, queue, fetch, addr) {
             Some(fetch) => Some(fetch),
             None => self.release_armed(queue),
         }
@@ -791,11 +849,11 @@ impl Held<'_> {
         queue: &Queue,
         fetch: QueuedIoUringCmd,
     ) -> Option<QueuedIoUringCmd> {
-        let addr = self.io.addr;
+        let addr = self.addr;
         self.rearm(queue, fetch, addr)
     }
 
-    /// `Idle` -> `Fetched`: see [`Io::fetch`]; the slot records the calling thread as the one
+    /// `Idle` -> `Fetched`: see `Io::fetch`; the slot records the calling thread as the one
     /// that fetched it.
     pub(crate) fn fetch(
         &mut self,
@@ -803,17 +861,17 @@ impl Held<'_> {
         addr: u64,
         auto_reg: AutoBufReg,
     ) -> Result<Option<ARef<Task>>, QueuedIoUringCmd> {
-        let old = self.io.fetch(cmd, addr, auto_reg)?;
+        let old = Io::fetch(self, cmd, addr, auto_reg)?;
         // INVARIANT: `io` now names the calling thread.
-        self.slot.task.store(self.io.task_ptr(), Relaxed);
+        self.slot.task.store(self.task_ptr(), Relaxed);
         Ok(old)
     }
 
-    /// `Aborted` or `Prepared` -> `Idle`: see [`Io::reset`]; the slot names no thread any more.
+    /// `Aborted` or `Prepared` -> `Idle`: see `Io::reset`; the slot names no thread any more.
     pub(crate) fn reset(&mut self) -> Option<ARef<Task>> {
         // INVARIANT: `io` names no thread once this returns.
         self.slot.task.store(core::ptr::null(), Relaxed);
-        self.io.reset()
+        Io::reset(self)
     }
 
     /// Lends a reference to `served`, the slot's request that the server's task delivers, to the
@@ -823,7 +881,7 @@ impl Held<'_> {
         // INVARIANT: The slot counts this reference in `lent` until it is given back; only a
         // queue with `UBLK_F_AUTO_BUF_REG` lends it.
         self.slot.lending.lock().lent += 1;
-        (served.lend_ref(), self.io.auto_reg.index)
+        (served.lend_ref(), self.auto_reg.index)
     }
 
     /// Records the outcome of the automatic registration of the slot's buffer: the ring it is
@@ -831,7 +889,7 @@ impl Held<'_> {
     /// dropped.
     pub(crate) fn registered_auto(&mut self, ring: Option<RingId>) {
         match ring {
-            Some(ring) => self.io.auto_registered = Some(ring),
+            Some(ring) => self.auto_registered = Some(ring),
             // The slot may have lent others (a buffer that an earlier delivery of a batch
             // registered, whose completion could not be posted), which keep the request until
             // they are given back.
@@ -848,32 +906,6 @@ impl Held<'_> {
         self.slot.is_lent()
     }
 
-    /// Records the result of `served`, the slot's request of `queue`, and returns it to be ended
-    /// now, unless user copies or registered buffers still hold it: then it is parked, and the
-    /// last of them ends it.
-    #[must_use = "the request that this returns must be ended"]
-    pub(crate) fn settle(
-        &mut self,
-        queue: &Queue,
-        served: Served,
-        error: i32,
-        bytes: u32,
-    ) -> Option<Ending> {
-        // Nothing is lent in copy mode (type invariants of `Lending`).
-        if !queue.lends() {
-            return Some(Ending::new(served, error, bytes));
-        }
-        let mut lending = self.slot.lending.lock();
-        // A slot has one request at a time, so none is parked yet.
-        if lending.lent == 0 || warn_on!(lending.parked.is_some()) {
-            return Some(Ending::new(served, error, bytes));
-        }
-        served.record(error, bytes);
-        // INVARIANT: `lent > 0`, and `served` is the slot's request.
-        lending.parked = Some(served);
-        None
-    }
-
     /// Deals with `served`, the request of the slot, which no server takes (`__ublk_abort_rq()`,
     /// `__ublk_fail_req()`): puts it aside for the next server, or records its failure and
     /// returns it to be ended now, unless it is lent (then the last borrower ends it). `owned`
@@ -888,17 +920,68 @@ impl Held<'_> {
         // A zone report that the driver sent itself waits for no server: its sender, possibly
         // `UBLK_U_CMD_START_DEV` holding the device lock that a new server needs, sees it fail.
         if served.op() == ReqOp::DrvIn {
-            return self.settle(queue, served, EIO.to_errno(), 0);
+            return self.slot.settle(served, EIO.to_errno(), 0);
         }
         match queue.no_server(owned) {
-            NoServer::Shelve if !self.is_lent() => {
-                served.shelve();
-                None
+            NoServer::Shelve => {
+                if self.slot.stop_lending() {
+                    // A request that a buffer still holds cannot go back to blk-mq.
+                    self.slot.settle(served, EIO.to_errno(), 0)
+                } else {
+                    served.shelve();
+                    None
+                }
             }
-            // A request that a buffer still holds cannot go back to blk-mq.
-            NoServer::Shelve => self.settle(queue, served, EIO.to_errno(), 0),
-            NoServer::Fail(err) => self.settle(queue, served, err.to_errno(), 0),
+            NoServer::Fail(err) => self.slot.settle(served, err.to_errno(), 0),
         }
+    }
+
+    /// `Delivering` -> `Serving`: the server gets the request, which the slot may lend from now
+    /// on.
+    pub(crate) fn serve(&mut self, served: Served) {
+        self.start_lending(&served);
+        Io::serve(self, served);
+    }
+
+    /// `Delivering` -> `Serving`, for a write of which only `bytes` could be copied to the
+    /// server's buffer: see [`Held::serve`].
+    pub(crate) fn serve_part(&mut self, served: Served, bytes: u32) {
+        self.start_lending(&served);
+        Io::serve_part(self, served, bytes);
+    }
+
+    /// `Delivering` -> `Serving` after `UBLK_U_IO_NEED_GET_DATA` copied the data of the write to
+    /// the buffer `addr`: all of it, or the first `part` bytes. See [`Held::serve`].
+    pub(crate) fn serve_got_data(&mut self, served: Served, addr: u64, part: Option<u32>) {
+        self.start_lending(&served);
+        Io::serve_got_data(self, served, addr, part);
+    }
+
+    /// The slot may lend `served`, the request that the server gets, if it has data.
+    fn start_lending(&self, served: &Served) {
+        // Only reads and writes, zone appends and reports have data.
+        if self.slot.lends && zoned::has_data(served.op()) {
+            let rq = served.lend_ref();
+            // INVARIANT: `served` is the slot's request, which the server gets; it was not lent
+            // from before.
+            let old = self.slot.lending.lock().lendable.replace(rq);
+            warn_on!(old.is_some());
+        }
+    }
+
+    /// `Serving` -> `Queued` (`UBLK_F_BATCH_IO`): see `Io::undeliver`; the slot lends the
+    /// request no more.
+    pub(crate) fn undeliver(&mut self) -> Option<Undelivered> {
+        let undelivered = Io::undeliver(self)?;
+        self.slot.stop_lending();
+        Some(undelivered)
+    }
+}
+
+impl<'a> Held<'a> {
+    /// Returns the io slot, which outlives the guard.
+    pub(crate) fn slot(&self) -> &'a Slot {
+        self.slot
     }
 }
 

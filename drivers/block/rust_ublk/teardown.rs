@@ -17,6 +17,7 @@ use crate::{
 use kernel::{
     io_uring::{IoUringCmdCancel, IssueFlags},
     prelude::*,
+    sync::{atomic::Full, barrier::smp_mb, rcu::synchronize_rcu},
     warn_on,
 };
 
@@ -43,13 +44,27 @@ pub(crate) fn cancel(dev: &UblkDevice, cmd: IoUringCmdCancel<'_>, issue_flags: I
     let Some(slot) = queue.slot(pdu_tag(pdu)) else {
         return;
     };
-    // A slot held meanwhile is being dispatched, and its task work sees the command cancelled.
+    // A slot held meanwhile is being dispatched, or taken back by `queue_rq` which refuses its
+    // request: io_uring tries to cancel the command again, until it completes.
     let fetch = slot
         .hold(Phase::Fetched)
         .and_then(|mut io| io.abort_fetch(|fetch| cmd.refers_to(fetch)));
     if let Some(fetch) = fetch {
         fetch.done(Err(RES_ABORT), issue_flags);
     }
+}
+
+/// Waits until the contexts that may hold an io slot when the queues' states changed let go of
+/// it, or see the change when they do, before the slots are visited. Process context only.
+///
+/// `queue_rq` reads the state before it holds a slot, in an RCU read-side critical section: after
+/// a grace period, every `queue_rq` that holds one saw the change, or let go of its slot. The
+/// server's commands and their task work re-check the state when they let go of a slot that
+/// they re-armed ([`crate::slot::Held::rearm`]); the barrier orders the visits after the change,
+/// which a cancellation may have made before, on another CPU, with a fully ordered exchange.
+fn wait_for_holders() {
+    synchronize_rcu();
+    smp_mb(Full);
 }
 
 /// The server is going away: requests of every queue fail from now on, or wait for the next
@@ -69,9 +84,10 @@ pub(crate) fn start_cancel(dev: &UblkDevice) {
 /// is dispatched or delivering any more.
 pub(crate) fn abort_all(dev: &UblkDevice) {
     start_cancel(dev);
+    wait_for_holders();
     for queue in dev.queues.iter() {
         for slot in queue.slots() {
-            // Nothing holds the slots any more.
+            // Nothing holds the slots any more (`wait_for_holders`).
             let ending = slot
                 .hold_any(&[Phase::Serving, Phase::NeedGetData, Phase::Queued])
                 .and_then(|mut io| {
@@ -134,6 +150,7 @@ pub(crate) fn stop_all(dev: &UblkDevice) {
 /// Completes the server's commands that wait for requests with `UBLK_IO_RES_ABORT`
 /// (`ublk_cancel_dev()`).
 pub(crate) fn abort_commands(dev: &UblkDevice) {
+    wait_for_holders();
     for queue in dev.queues.iter() {
         for slot in queue.slots() {
             // A slot held meanwhile is let go by a holder that sees the queue's new state.

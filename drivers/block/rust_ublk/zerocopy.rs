@@ -100,8 +100,8 @@ pub(crate) fn unregister_io_buf<'a>(
 /// uses the buffers.
 pub(crate) struct BufRelease;
 
-// SAFETY: A registration lends a request of an io slot (`Io::lend`, `Io::lend_auto`), and only a
-// command on an open `/dev/ublkcN` registers one. While that file is open, it holds a
+// SAFETY: A registration lends a request of an io slot (`Slot::lend`, `Held::lend_auto`), and
+// only a command on an open `/dev/ublkcN` registers one. While that file is open, it holds a
 // reference to the module (its `owner`); when it is released with requests still lent,
 // `UblkDevice::release` takes a reference to the module, which its work item puts once every lent
 // request was given back through `release` below. That leaves one window: between the last

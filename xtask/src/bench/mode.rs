@@ -16,6 +16,9 @@ pub enum DataMode {
     /// about it (`--auto_zc`).
     #[value(name = "auto_zc")]
     AutoZc,
+    /// kublk hands requests over in batches (`UBLK_F_BATCH_IO`, `-b`),
+    /// with the driver copying the data.
+    Batch,
 }
 
 impl DataMode {
@@ -26,6 +29,7 @@ impl DataMode {
             DataMode::UserCopy => "user_copy",
             DataMode::ZeroCopy => "zero_copy",
             DataMode::AutoZc => "auto_zc",
+            DataMode::Batch => "batch",
         }
     }
 

@@ -26,7 +26,7 @@ pub struct RatioOpts {
     #[arg(long, value_delimiter = ',', default_value = "1,16,128")]
     pub iodepth: Vec<u32>,
     /// The data modes to measure, comma separated (kublk null target: no
-    /// option, -u, -z, --auto_zc).
+    /// option, -u, -z, --auto_zc, -b).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "copy")]
     pub modes: Vec<DataMode>,
 }
@@ -113,10 +113,15 @@ pub struct Failure {
 /// The data mode of a failure: bench.sh starts the reason with `mode: `
 /// (copy mode when it does not, as before modes were measured).
 fn failure_mode(f: &Failure) -> DataMode {
-    [DataMode::UserCopy, DataMode::ZeroCopy, DataMode::AutoZc]
-        .into_iter()
-        .find(|m| f.reason.starts_with(&format!("{}: ", m.id())))
-        .unwrap_or(DataMode::Copy)
+    [
+        DataMode::UserCopy,
+        DataMode::ZeroCopy,
+        DataMode::AutoZc,
+        DataMode::Batch,
+    ]
+    .into_iter()
+    .find(|m| f.reason.starts_with(&format!("{}: ", m.id())))
+    .unwrap_or(DataMode::Copy)
 }
 
 /// Parses bench-failures.txt: `driver|iodepth|round|reason` lines.
