@@ -359,8 +359,8 @@ impl UblkDevice {
                 Some(disk) if this.queues.iter().any(|q| q.requeue_io) => {
                     for queue in this.queues.iter() {
                         queue.set_state(QueueState::Stopping);
-                        queue.sync();
                     }
+                    queue::sync_shelving();
                     disk.kick_requeue_list();
                     true
                 }
@@ -508,10 +508,8 @@ impl UblkDevice {
         state.life = Lifecycle::Live(disk.clone());
         state.info.ublksrv_pid = pid;
         // Every queue is served since the server fetched its io slots; a request put aside under
-        // an older state is on the requeue list once the slots were visited.
-        for queue in self.queues.iter() {
-            queue.sync();
-        }
+        // an older state is on the requeue list once this returns.
+        queue::sync_shelving();
         disk.kick_requeue_list();
         Ok(())
     }

@@ -24,15 +24,16 @@
 //! # Who owns what
 //!
 //! - An io slot ([`Slot`]) is held by one context at a time, which moves its phase on
-//!   ([`crate::slot`]); the only lock over a queue is that of its lost requests (below), a leaf
-//!   lock. The slot of a tag is only held by the request of that tag (in `queue_rq` or
-//!   `queue_rqs`, at most one at a time, since blk-mq hands a tag to one request at a time), by
-//!   the previous request of its batch, which links it, by the server thread that fetched the
-//!   slot (its commands and their task work), by the user copies and buffer registrations of the
-//!   server's threads ([`crate::usercopy`], [`crate::zerocopy`]), and by the paths that tear the
-//!   queue down ([`crate::teardown`]); io_uring's release of registered buffers only takes the
-//!   slot's lending lock. Requests of different tags, and so submitters on different CPUs, never
-//!   touch the same slot, but for that link within a plug.
+//!   ([`crate::slot`]). The slot of a tag is only held by the request of that tag (in `queue_rq`
+//!   or `queue_rqs`, at most one at a time, since blk-mq hands a tag to one request at a time),
+//!   by the previous request of its batch, which links it, by the server thread that fetched the
+//!   slot (its commands and their task work), and by the paths that tear the queue down
+//!   ([`crate::teardown`]). The user copies and buffer registrations of the server's threads
+//!   ([`crate::usercopy`], [`crate::zerocopy`]) and io_uring's release of registered buffers
+//!   only take the slot's lending lock. Beside those, a queue has the lock of its lost requests
+//!   (below) and, with batch io, that of its event queue, both leaf locks. Requests of different
+//!   tags, and so submitters on different CPUs, never touch the same slot, but for that link
+//!   within a plug.
 //! - A request has exactly one owner from `queue_rq` or `queue_rqs` until it ends: a [`Served`]
 //!   value, which is not `Clone`. It is kept in the slot (parked there once ended while lent,
 //!   below), or taken out of it by the holder that works on it (the copies of a write's and a
@@ -171,8 +172,9 @@ impl Served {
     /// queue (user recovery): `UBLK_U_CMD_END_USER_RECOVERY` kicks the list, and so does
     /// stopping the device, which fails them.
     ///
-    /// Called in `queue_rq`, or by the holder of the request's io slot, after the queue's state
-    /// was read, so that [`Queue::sync`] waits for it. The request must not be lent.
+    /// Called in `queue_rq`, or by [`crate::slot::Held::without_server`], in the RCU read-side
+    /// critical section in which the queue's state was read, so that
+    /// [`crate::queue::sync_shelving`] waits for it. The request must not be lent.
     pub(crate) fn shelve(self) {
         // By the type invariants, `rq` is the only reference, since the slot lent none.
         if let Err(rq) = Request::requeue_unkicked(self.rq) {

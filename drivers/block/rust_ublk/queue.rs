@@ -38,7 +38,6 @@ use kernel::{
         rcu::synchronize_rcu,
         Arc, ArcBorrow, SpinLock,
     },
-    time::{delay::fsleep, Delta},
     warn_on,
 };
 
@@ -113,9 +112,10 @@ unsafe impl AtomicType for QueueState {
 /// There is no lock over the whole queue but that of `lost`, a leaf lock taken in process context
 /// only, with no other lock held: each io slot is held in turn by the request of its tag and the
 /// server thread that fetched it (see [`crate::io`] and [`crate::slot`]). The state of the queue
-/// is an atomic that the io paths read while they hold a slot, and that the paths that change it
-/// (cancellation, `/dev/ublkcN` release, `UBLK_U_CMD_STOP_DEV`) write before they visit the
-/// slots one after the other: a slot either is visited, or its holder sees the new state.
+/// is an atomic that the io paths read before and while they hold a slot, and that the paths
+/// that change it (cancellation, `/dev/ublkcN` release, `UBLK_U_CMD_STOP_DEV`) write before they
+/// visit the slots one after the other: a slot either is visited, or its holder sees the new
+/// state ([`crate::teardown`]).
 pub(crate) struct Queue {
     /// Whether requests complete through `blk_mq_complete_request_remote()`, on the CPU that
     /// `rq_affinity` picks (`UBLK_F_SUPPORT_RQ_AFFINITY`).
@@ -260,9 +260,9 @@ impl Queue {
 
     /// Returns whether the queue is served.
     ///
-    /// The io paths read it while they hold an io slot. The changes below are fully ordered, and
-    /// come before the slots are visited: a slot that a visit finds held is let go by a holder
-    /// that reads the state again afterwards, if it left a command in the slot
+    /// The io paths read it before and while they hold an io slot. The changes below are fully
+    /// ordered, and come before the slots are visited: a slot that a visit finds held is let go
+    /// by a holder that reads the state again afterwards, if it left a command in the slot
     /// ([`crate::slot::Held::rearm`]).
     #[inline]
     pub(crate) fn state(&self) -> QueueState {
@@ -308,23 +308,17 @@ impl Queue {
             _ => NoServer::Fail(EIO),
         }
     }
+}
 
-    /// Waits until the paths that read the queue's state saw the state that the caller set: a
-    /// request put aside because of an older state is on the requeue list once this returns.
-    /// Process context only; the caller holds no io slot.
-    pub(crate) fn sync(&self) {
-        // blk-mq runs `queue_rq` and `queue_rqs` in RCU read-side critical sections, since the tag
-        // set is not blocking: the requests that they refused are put aside after a grace period.
-        synchronize_rcu();
-        // The other paths hold the io slot of the request while they read the state, and let go
-        // of it soon (a copy of the server's memory may fault first): none waits for anything
-        // that the callers of this function hold.
-        for slot in self.slots() {
-            while slot.phase().is_none() {
-                fsleep(Delta::from_micros(100));
-            }
-        }
-    }
+/// Waits until the paths that put requests aside for the next server saw the queue states that
+/// the caller set: a request put aside because of an older state is on the requeue list once
+/// this returns. Process context only.
+///
+/// Each of those paths reads the state and puts the request aside in one RCU read-side critical
+/// section: blk-mq runs `queue_rq` and `queue_rqs` in one, since the tag set is not blocking, and
+/// [`crate::slot::Held::without_server`] takes one.
+pub(crate) fn sync_shelving() {
+    synchronize_rcu();
 }
 
 /// The queues of a device, which its disk passes to the request operations.

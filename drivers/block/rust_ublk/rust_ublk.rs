@@ -30,12 +30,11 @@
 //!   buffers, and keeps a request that ended while lent parked until the last of them gives it
 //!   back. [`io`] says who owns a slot and its request when.
 //! - With user recovery, a request that no server takes is put aside on the queue's requeue list
-//!   without a kick ([`queue::NoServer`]), by blk-mq's `queue_rq` (in an RCU read-side critical
-//!   section) or by a context that holds its io slot, after reading the queue's state. Whoever
+//!   without a kick ([`queue::NoServer`]), in the RCU read-side critical section in which the
+//!   queue's state was read (blk-mq's `queue_rq`, or [`slot::Held::without_server`]). Whoever
 //!   changes the state so that such requests must move (`UBLK_U_CMD_END_USER_RECOVERY`, stopping
-//!   the device) changes it, then waits for an RCU grace period and for every held slot of the
-//!   queue to be let go ([`queue::Queue::sync`]), then kicks the list: no request put aside under
-//!   the old state is missed.
+//!   the device) changes it, then waits for an RCU grace period ([`queue::sync_shelving`]), then
+//!   kicks the list: no request put aside under the old state is missed.
 //!
 //! # Locks
 //!
@@ -67,27 +66,27 @@
 //!      the queues' states that a cancellation sets under `canceled`.
 //! 6. `UblkDevice::server_mm` (spinlock): the address space of the server. Taken by `mmap`, under
 //!    the mmap lock.
-//! 7. [`slot::Lending`] (spinlock, one per io slot): what the slot lent of its request to user
-//!    copies and registered buffers, and the request parked until they give it back. Taken by
-//!    the lenders (`read_iter`/`write_iter` of any server thread, buffer registrations, while
-//!    they hold the slot), by io_uring's release of a registered buffer (process context, with
-//!    that ring's lock), and by the holder of the slot when the request ends (not in copy mode,
-//!    which lends nothing); innermost: nothing is ended under it.
+//! 7. [`slot::Lending`] (spinlock, one per io slot): the request that the slot may lend to user
+//!    copies and registered buffers, what it lent, and the request parked until they give it
+//!    back. Taken by the lenders (`read_iter`/`write_iter` of any server thread, buffer
+//!    registrations), by io_uring's release of a registered buffer (process context, with that
+//!    ring's lock), by the holder of the slot when the server gets the request, and when the
+//!    request is settled (not in copy mode, which lends nothing); innermost: nothing is ended
+//!    under it.
 //! 8. [`batch::EventQueue`] (spinlock, one per queue of a device with `UBLK_F_BATCH_IO`): the tags
 //!    of the requests that wait for the server's fetch commands, and those commands. Taken while
 //!    holding an io slot to queue the tag of its request, or alone; innermost: nothing is
 //!    completed, handed to task work or copied under it.
-//!
-//! An io slot ([`slot::Slot`]) is not a lock, and nothing waits for it but
-//! [`queue::Queue::sync`] (process context, with the device lock): its holders (blk-mq's
-//! `queue_rq`, the server's commands and their task work, lenders, cancellation and teardown)
-//! may take locks 7 and 8 and sleep while they hold it (user memory is copied, buffers are
-//! registered), but never take the device lock; commands are completed, requests ended and task
-//! references put after the slot is let go. No context holds two slots at once.
 //! 9. The server of an unprivileged device ([`unpriv::Unprivileged`], spinlock): the process that
 //!    a request that timed out kills. Taken under the device lock by `open` and `release` of
 //!    `/dev/ublkcN`, or alone by blk-mq's timeout work; innermost: the process is signalled, and
 //!    references to tasks are put, after it is dropped.
+//!
+//! An io slot ([`slot::Slot`]) is not a lock, and nothing waits for it: its holders (blk-mq's
+//! `queue_rq`, the server's commands and their task work, cancellation and teardown) may take
+//! locks 7 and 8 and sleep while they hold it (user memory is copied, buffers are registered);
+//! commands are completed, requests ended and task references put after the slot is let go. No
+//! context holds two slots at once.
 
 use kernel::{
     miscdevice::{

@@ -49,13 +49,12 @@
 //! phase has one context that moves it on (blk-mq's `queue_rq` a fetched slot, the server's task
 //! a dispatched one, the server thread that fetched the slot one it serves), and a context that
 //! finds the slot held is one that races with that owner and loses, as it would find the slot in
-//! the phase that follows (a cancellation finds a fetched slot dispatched). Two kinds of visitor
-//! could find the slot held by a context that then leaves it as it was: the teardown paths,
-//! which change the queue's state and then visit every slot, and `Queue::sync`. `queue_rq` reads
-//! the state before it holds a slot, and the teardown paths wait for an RCU grace period before
-//! they visit (blk-mq calls `queue_rq` in an RCU read-side critical section); a commit that
-//! re-arms the slot meanwhile checks the state again after letting go
-//! ([`Held::rearm`]).
+//! the phase that follows (a cancellation finds a fetched slot dispatched). The teardown paths,
+//! which change the queue's state and then visit every slot, could find a slot held by a context
+//! that then leaves it as it was: `queue_rq` reads the state before it holds a slot, and the
+//! teardown paths wait for an RCU grace period before they visit (blk-mq calls `queue_rq` in an
+//! RCU read-side critical section); a commit that re-arms the slot meanwhile checks the state
+//! again after letting go ([`Held::rearm`]).
 //!
 //! A request that the server serves may be lent to user copies and registered buffers, which
 //! give it back from any context. Lending does not hold the slot: the request, what was lent of
@@ -79,7 +78,7 @@ use kernel::{
     sync::{
         aref::ARef,
         atomic::{Atomic, Full, Relaxed, Release},
-        SpinLock,
+        rcu, SpinLock,
     },
     task::Task,
     warn_on,
@@ -605,7 +604,7 @@ pub(crate) struct Lending {
 #[pin_data]
 pub(crate) struct Slot {
     state: Atomic<i32>,
-    task: Atomic<*const Task>,
+    task: ThreadId,
     io: UnsafeCell<Io>,
     /// Whether the slot lends its requests: the server reaches their data itself.
     lends: bool,
@@ -615,11 +614,23 @@ pub(crate) struct Slot {
 
 // SAFETY: `io` is only reached through the one `Held` that holds the slot, which the atomic
 // `state` hands to one context at a time (with acquire and release ordering), as a lock would,
-// and `Io` may move between threads. The other fields are atomics and a lock.
+// and `Io` may move between threads (checked below). The other fields are `Sync`.
 unsafe impl Sync for Slot {}
 
-// SAFETY: `Io` may move between threads; `task` is only compared.
-unsafe impl Send for Slot {}
+const _: () = {
+    const fn is_send<T: Send>() {}
+    is_send::<Io>();
+};
+
+/// The server thread that fetched an io slot, as an address that is only compared, never
+/// dereferenced.
+struct ThreadId(Atomic<*const Task>);
+
+// SAFETY: The address is only loaded, stored and compared, which any thread may do.
+unsafe impl Send for ThreadId {}
+
+// SAFETY: See `Send`: the address is only loaded, stored and compared, atomically.
+unsafe impl Sync for ThreadId {}
 
 impl Slot {
     /// Returns the initializer of an io slot whose io descriptor `desc` writes, which fails with
@@ -633,7 +644,7 @@ impl Slot {
         // INVARIANT: The slot is idle and not held, names no thread, and lent nothing.
         try_pin_init!(Self {
             state: Atomic::new(Phase::Idle as i32),
-            task: Atomic::new(core::ptr::null()),
+            task: ThreadId(Atomic::new(core::ptr::null())),
             io: UnsafeCell::new(Io::new(desc.ok_or(EINVAL)?)),
             lends,
             lending <- new_spinlock!(lending, "ublk_lending"),
@@ -646,7 +657,7 @@ impl Slot {
     pub(crate) fn hold(&self, from: Phase) -> Option<Held<'_>> {
         // The exchange pairs with the release of the previous holder; it is fully ordered, so
         // that a holder's later read of its queue's state is ordered after it, as against the
-        // visits of `Queue::sync` and the teardown paths, which change the state first.
+        // visits of the teardown paths, which change the state first.
         self.state.cmpxchg(from as i32, HELD, Full).ok()?;
         // INVARIANT: The exchange moved `state` from a phase to `HELD`, for this guard, which
         // moves it back to a phase when it lets go (its drop, or `Held::release_armed`).
@@ -667,7 +678,7 @@ impl Slot {
     /// Returns whether the calling thread is the server thread that fetched the slot.
     #[inline]
     pub(crate) fn is_own_thread(&self) -> bool {
-        core::ptr::eq(self.task.load(Relaxed), &**current!())
+        core::ptr::eq(self.task.0.load(Relaxed), &**current!())
     }
 
     /// Checks that the slot belongs to the calling server thread and that the server owns its
@@ -684,12 +695,15 @@ impl Slot {
         }
     }
 
-    /// Lends a reference to the request that the server serves in the slot, with data (a read or
-    /// a write), to a user copy or a registered buffer; `EINVAL` if there is none. The slot
+    /// Lends a reference to the request that the server was given in the slot, with data (a read
+    /// or a write), to a user copy or a registered buffer; `EINVAL` if there is none. The slot
     /// counts it until it comes back through [`Slot::give_back`].
     ///
     /// The slot is not held: lenders of one request may run at once, and beside the server
-    /// thread that owns the slot.
+    /// thread that owns the slot. The request may be lent until its commit settles it
+    /// ([`Slot::settle`]), after the commit took it: a user copy that races with the commit may
+    /// still get it, and the request then ends when the copy gives it back, as the C driver's
+    /// reference count allows until the commit drops its own.
     pub(crate) fn lend(&self) -> Result<ARef<Rq>> {
         let mut lending = self.lending.lock();
         let rq = lending.lendable.clone().ok_or(EINVAL)?;
@@ -698,33 +712,31 @@ impl Slot {
         Ok(rq)
     }
 
-    /// Records the result of `served`, the slot's request, which its holder took from it and let
-    /// go of the slot, and returns it to be ended now, unless user copies or registered buffers
-    /// still hold it: then it is parked, and the last of them ends it. The slot lends no more of
-    /// it from now on.
+    /// Records the result of `served`, the slot's request, which its holder took from it, and
+    /// returns it to be ended now, unless user copies or registered buffers still hold it: then
+    /// it is parked, and the last of them ends it. The slot lends no more of it from now on.
     ///
-    /// Called once the slot was let go in the phase that follows, so that the tag that the
-    /// request frees when it ends finds the slot ready for the next request.
+    /// A commit calls this once it let go of the slot in the phase that follows, so that the tag
+    /// that the request frees when it ends finds the slot ready for the next request; the paths
+    /// that fail a request whose server is gone may call it while they hold the slot.
     #[must_use = "the request that this returns must be ended"]
     pub(crate) fn settle(&self, served: Served, error: i32, bytes: u32) -> Option<Ending> {
         if !self.lends {
             return Some(Ending::new(served, error, bytes));
         }
         let mut lending = self.lending.lock();
-        // The reference to lend from goes before the request ends, which needs its only one.
-        let lendable = lending.lendable.take();
+        // The reference to lend from goes first, under the lock: the last lender may end a
+        // parked request as soon as the lock is dropped, and ending needs its only reference.
+        // `served` holds another, so this is not the last one.
+        drop(lending.lendable.take());
         // A slot has one request at a time, so none is parked yet.
-        let ending = if lending.lent == 0 || warn_on!(lending.parked.is_some()) {
-            Some(Ending::new(served, error, bytes))
-        } else {
-            served.record(error, bytes);
-            // INVARIANT: `lent > 0`, and `served` is the slot's request.
-            lending.parked = Some(served);
-            None
-        };
-        drop(lending);
-        drop(lendable);
-        ending
+        if lending.lent == 0 || warn_on!(lending.parked.is_some()) {
+            return Some(Ending::new(served, error, bytes));
+        }
+        served.record(error, bytes);
+        // INVARIANT: `lent > 0`, and `served` is the slot's request.
+        lending.parked = Some(served);
+        None
     }
 
     /// The slot lends nothing more of its request, which no longer is the server's. Returns
@@ -734,16 +746,15 @@ impl Slot {
             return false;
         }
         let mut lending = self.lending.lock();
-        let lendable = lending.lendable.take();
-        let lent = lending.lent > 0;
-        drop(lending);
-        drop(lendable);
-        lent
+        // Not the last reference: the caller holds the request.
+        drop(lending.lendable.take());
+        lending.lent > 0
     }
 
     /// Returns whether user copies or registered buffers hold the slot's request.
     pub(crate) fn is_lent(&self) -> bool {
-        self.lending.lock().lent > 0
+        // Nothing is lent in a slot that does not lend (type invariants of `Lending`).
+        self.lends && self.lending.lock().lent > 0
     }
 
     /// Takes back a reference that [`Slot::lend`] or [`Held::lend_auto`] lent, which the caller
@@ -863,14 +874,14 @@ impl Held<'_> {
     ) -> Result<Option<ARef<Task>>, QueuedIoUringCmd> {
         let old = Io::fetch(self, cmd, addr, auto_reg)?;
         // INVARIANT: `io` now names the calling thread.
-        self.slot.task.store(self.task_ptr(), Relaxed);
+        self.slot.task.0.store(self.task_ptr(), Relaxed);
         Ok(old)
     }
 
     /// `Aborted` or `Prepared` -> `Idle`: see `Io::reset`; the slot names no thread any more.
     pub(crate) fn reset(&mut self) -> Option<ARef<Task>> {
         // INVARIANT: `io` names no thread once this returns.
-        self.slot.task.store(core::ptr::null(), Relaxed);
+        self.slot.task.0.store(core::ptr::null(), Relaxed);
         Io::reset(self)
     }
 
@@ -922,6 +933,9 @@ impl Held<'_> {
         if served.op() == ReqOp::DrvIn {
             return self.slot.settle(served, EIO.to_errno(), 0);
         }
+        // The state is read and the request put aside in one RCU read-side critical section,
+        // which `queue::sync_shelving` waits for.
+        let _rcu = rcu::read_lock();
         match queue.no_server(owned) {
             NoServer::Shelve => {
                 if self.slot.stop_lending() {

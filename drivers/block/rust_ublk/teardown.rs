@@ -44,8 +44,8 @@ pub(crate) fn cancel(dev: &UblkDevice, cmd: IoUringCmdCancel<'_>, issue_flags: I
     let Some(slot) = queue.slot(pdu_tag(pdu)) else {
         return;
     };
-    // A slot held meanwhile is being dispatched, or taken back by `queue_rq` which refuses its
-    // request: io_uring tries to cancel the command again, until it completes.
+    // A slot held meanwhile is being dispatched, or held by a `queue_rq` that refuses its request
+    // and lets go of it: io_uring tries to cancel the command again, until it completes.
     let fetch = slot
         .hold(Phase::Fetched)
         .and_then(|mut io| io.abort_fetch(|fetch| cmd.refers_to(fetch)));
