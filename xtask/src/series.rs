@@ -382,6 +382,11 @@ mod tests {
         let e = export::run(&layout, "01-a", &dir).unwrap_err().to_string();
         assert!(e.contains("is not a checkout of 01-a"), "{e}");
         assert!(checkout::run(&layout, "02-b", &dir).is_err());
+        let e = checkout::run(&layout, "02-b", &d.path().join("wt2"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("series/02-b is checked out in"), "{e}");
         let e = checkout::run(&layout, "03-none", &d.path().join("x"))
             .err()
             .unwrap()

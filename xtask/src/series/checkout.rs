@@ -101,6 +101,21 @@ fn commit_all(sh: &Shell, git_dir: &Path, parent: &str, patches: &[Patch]) -> Re
     Ok(head)
 }
 
+/// The worktree that has `branch` checked out, if one has.
+fn checked_out(sh: &Shell, branch: &str) -> Result<Option<String>> {
+    let list = git(sh).args(["worktree", "list", "--porcelain"]).read()?;
+    Ok(worktree_of(&list, branch))
+}
+
+/// In `git worktree list --porcelain` output, the worktree on `branch`.
+fn worktree_of(porcelain: &str, branch: &str) -> Option<String> {
+    let want = format!("branch refs/heads/{branch}");
+    porcelain.split("\n\n").find_map(|entry| {
+        let path = entry.lines().find_map(|l| l.strip_prefix("worktree "))?;
+        entry.lines().any(|l| l == want).then(|| path.to_string())
+    })
+}
+
 /// What `checkout` made.
 pub struct Checkout {
     pub dir: PathBuf,
@@ -141,6 +156,11 @@ pub fn run(layout: &Layout, name: &str, dir: &Path) -> Result<Checkout> {
         .args(["config", "notes.rewriteRef", "refs/notes/commits"])
         .run()?;
     let branch = format!("series/{name}");
+    if let Some(other) = checked_out(&sh, &branch)? {
+        bail!(
+            "branch {branch} is checked out in {other}: export it, then `git worktree remove {other}` (or give that worktree to `series export`)"
+        );
+    }
     phase(format!("checking out {} (branch {branch})", dir.display()));
     git(&sh)
         .args(["worktree", "add", "-q", "-B", &branch])
@@ -160,4 +180,22 @@ pub fn run(layout: &Layout, name: &str, dir: &Path) -> Result<Checkout> {
         head,
         count: this.len(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worktree_on_a_branch() {
+        let list = "worktree /k/linux\nHEAD 1\nbranch refs/heads/prepared\n\n\
+                    worktree /tmp/wt\nHEAD 2\nbranch refs/heads/series/03-rust-ublk\n\n\
+                    worktree /tmp/d\nHEAD 3\ndetached\n";
+        assert_eq!(
+            worktree_of(list, "series/03-rust-ublk").as_deref(),
+            Some("/tmp/wt")
+        );
+        assert_eq!(worktree_of(list, "series/02-ublk-v2"), None);
+        assert_eq!(worktree_of(list, "series/03"), None);
+    }
 }
