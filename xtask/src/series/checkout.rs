@@ -143,6 +143,12 @@ pub fn run(layout: &Layout, name: &str, dir: &Path) -> Result<Checkout> {
     let sh = Shell::new()?;
     sh.change_dir(&repo_dir);
     let base = git(&sh).args(["rev-parse", "base^{commit}"]).read()?;
+    let branch = format!("series/{name}");
+    if let Some(other) = checked_out(&sh, &branch)? {
+        bail!(
+            "branch {branch} is checked out in {other}: export it, then `git worktree remove {other}` (or give that worktree to `series export`)"
+        );
+    }
     phase(format!(
         "committing {} patches of earlier series, then {} of {name}",
         before.len(),
@@ -155,12 +161,6 @@ pub fn run(layout: &Layout, name: &str, dir: &Path) -> Result<Checkout> {
     git(&sh)
         .args(["config", "notes.rewriteRef", "refs/notes/commits"])
         .run()?;
-    let branch = format!("series/{name}");
-    if let Some(other) = checked_out(&sh, &branch)? {
-        bail!(
-            "branch {branch} is checked out in {other}: export it, then `git worktree remove {other}` (or give that worktree to `series export`)"
-        );
-    }
     phase(format!("checking out {} (branch {branch})", dir.display()));
     git(&sh)
         .args(["worktree", "add", "-q", "-B", &branch])
