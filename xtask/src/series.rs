@@ -3,11 +3,13 @@
 //! (`checkout.rs`); after editing, rebasing or adding commits there,
 //! `series export` writes the series back into `patches/` and the overlay
 //! copies of the files it touched into the repository (`export.rs`,
-//! `overlay.rs`). A patch file is read by `mail.rs`; how a series' files
+//! `overlay.rs`), unless the repository's copy changed since the checkout
+//! (`guard.rs`). A patch file is read by `mail.rs`; how a series' files
 //! are named and numbered is `style.rs`.
 
 mod checkout;
 mod export;
+mod guard;
 mod mail;
 mod overlay;
 mod style;
@@ -46,6 +48,10 @@ pub enum SeriesCmd {
         series: String,
         /// The worktree `series checkout` made [default: target/series/SERIES].
         dir: Option<PathBuf>,
+        /// Write even if patches/SERIES or the overlay files its patches
+        /// touch changed in the repository since the checkout.
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -110,12 +116,12 @@ pub fn run(opts: &SeriesOpts) -> Result<()> {
                 }
             ));
         }
-        SeriesCmd::Export { series, dir } => {
+        SeriesCmd::Export { series, dir, force } => {
             let dir = match dir {
                 Some(d) => absolute(d)?,
                 None => default_dir(&layout, series),
             };
-            let e = export::run(&layout, series, &dir)?;
+            let e = export::run(&layout, series, &dir, *force)?;
             report(series, &e);
         }
     }
@@ -265,7 +271,7 @@ mod tests {
             "t\tt\tblock: rust_x: b, with a subject long enough to be folded by git format-patch\n\
              t\tt\tblock: rust_x: add a\nt\tt\tublk: y\n"
         );
-        let e = export::run(&layout, "02-b", &dir).unwrap();
+        let e = export::run(&layout, "02-b", &dir, false).unwrap();
         assert!(
             e.written.is_empty() && e.kept.is_empty() && e.removed.is_empty(),
             "{e:?}"
@@ -276,7 +282,7 @@ mod tests {
         let before = snapshot(&layout.repo.join("patches/01-a"));
         let dir_a = d.path().join("wt-a");
         checkout::run(&layout, "01-a", &dir_a).unwrap();
-        export::run(&layout, "01-a", &dir_a).unwrap();
+        export::run(&layout, "01-a", &dir_a, false).unwrap();
         assert_eq!(snapshot(&layout.repo.join("patches/01-a")), before);
     }
 
@@ -294,9 +300,9 @@ mod tests {
         );
         // Uncommitted changes are refused.
         std::fs::write(dir.join("drivers/block/rust_x/a.rs"), "dirty\n").unwrap();
-        assert!(export::run(&layout, "02-b", &dir).is_err());
+        assert!(export::run(&layout, "02-b", &dir, false).is_err());
         sh(&dir, "git checkout -q -- drivers");
-        let e = export::run(&layout, "02-b", &dir).unwrap();
+        let e = export::run(&layout, "02-b", &dir, false).unwrap();
         assert_eq!(e.count, 3);
         assert_eq!(
             e.written,
@@ -333,7 +339,7 @@ mod tests {
         );
         // And back: dropping the commit removes its patch and the new file.
         sh(&dir, "git reset -q --hard HEAD~1");
-        let e = export::run(&layout, "02-b", &dir).unwrap();
+        let e = export::run(&layout, "02-b", &dir, false).unwrap();
         assert_eq!(e.removed, ["0003-block-rust_x-c.patch"]);
         assert_eq!(
             e.overlay.removed,
@@ -362,7 +368,7 @@ mod tests {
             &dir,
             &format!("echo z >> drivers/block/rust_x/a.rs && {ID} commit -qam z"),
         );
-        let e = export::run(&layout, "02-b", &dir).unwrap();
+        let e = export::run(&layout, "02-b", &dir, false).unwrap();
         assert_eq!(
             e.overlay.later,
             [PathBuf::from("drivers/block/rust_x/a.rs")]
@@ -375,11 +381,41 @@ mod tests {
     }
 
     #[test]
+    fn export_does_not_overwrite_what_changed_in_the_repository_since_the_checkout() {
+        let (d, layout) = fixture();
+        let dir = d.path().join("wt");
+        checkout::run(&layout, "02-b", &dir).unwrap();
+        let mine = layout.repo.join("drivers/block/rust_x/a.rs");
+        std::fs::write(&mine, "someone else's edit\n").unwrap();
+        let e = export::run(&layout, "02-b", &dir, false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("drivers/block/rust_x/a.rs"), "{e}");
+        assert_eq!(
+            std::fs::read_to_string(&mine).unwrap(),
+            "someone else's edit\n"
+        );
+        std::fs::write(&mine, "a\nb\n").unwrap();
+        let added = layout.repo.join("patches/02-b/0003-x.patch");
+        std::fs::write(&added, "a patch committed meanwhile\n").unwrap();
+        let e = export::run(&layout, "02-b", &dir, false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("patches/02-b/0003-x.patch"), "{e}");
+        let e = export::run(&layout, "02-b", &dir, true).unwrap();
+        assert_eq!(e.removed, ["0003-x.patch"]);
+        // What export wrote is the new record.
+        export::run(&layout, "02-b", &dir, false).unwrap();
+    }
+
+    #[test]
     fn export_needs_a_checkout_of_that_series() {
         let (d, layout) = fixture();
         let dir = d.path().join("wt");
         checkout::run(&layout, "02-b", &dir).unwrap();
-        let e = export::run(&layout, "01-a", &dir).unwrap_err().to_string();
+        let e = export::run(&layout, "01-a", &dir, false)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("is not a checkout of 01-a"), "{e}");
         assert!(checkout::run(&layout, "02-b", &dir).is_err());
         let e = checkout::run(&layout, "02-b", &d.path().join("wt2"))

@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use xshell::Shell;
 
-use super::{git, mail, start_ref};
+use super::{git, guard, mail, start_ref};
 use crate::layout::Layout;
 use crate::progress::{detail, phase};
 use crate::tree::{self, Patch};
@@ -172,6 +172,11 @@ pub fn run(layout: &Layout, name: &str, dir: &Path) -> Result<Checkout> {
     git(&wt)
         .args(["update-ref", &start_ref(name), &start])
         .run()?;
+    let wt_git_dir = git(&wt).args(["rev-parse", "--absolute-git-dir"]).read()?;
+    guard::record(
+        Path::new(&wt_git_dir),
+        &guard::snapshot(&layout.repo, name)?,
+    )?;
     detail(format!("{name}: {}..{}", &start[..12], &head[..12]));
     Ok(Checkout {
         dir: dir.to_path_buf(),

@@ -8,11 +8,11 @@
 
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use xshell::Shell;
 
 use super::style::{self, Style};
-use super::{git, overlay, start_ref};
+use super::{git, guard, overlay, start_ref};
 use crate::layout::{self, Layout};
 use crate::tree;
 
@@ -101,7 +101,7 @@ fn later_patches(repo: &Path, name: &str) -> Result<Vec<tree::Patch>> {
         .collect())
 }
 
-pub fn run(layout: &Layout, name: &str, dir: &Path) -> Result<Exported> {
+pub fn run(layout: &Layout, name: &str, dir: &Path, force: bool) -> Result<Exported> {
     let sh = Shell::new()?;
     sh.change_dir(dir);
     let start = git(&sh)
@@ -123,6 +123,10 @@ pub fn run(layout: &Layout, name: &str, dir: &Path) -> Result<Exported> {
             "{} has changes that are not committed; commit them (or stash them) first:\n{dirty}",
             dir.display()
         );
+    }
+    let git_dir = PathBuf::from(git(&sh).args(["rev-parse", "--absolute-git-dir"]).read()?);
+    if !force {
+        guard::check(&git_dir, &layout.repo, name)?;
     }
     let series_dir = layout.repo.join(layout::PATCHES).join(name);
     let (cover, old) = read_series(&series_dir)?;
@@ -163,5 +167,6 @@ pub fn run(layout: &Layout, name: &str, dir: &Path) -> Result<Exported> {
         later.extend(overlay::paths_in(&std::fs::read_to_string(&p.path)?));
     }
     out.overlay = overlay::sync(layout, dir, &start, before, &later)?;
+    guard::record(&git_dir, &guard::snapshot(&layout.repo, name)?)?;
     Ok(out)
 }
