@@ -138,14 +138,11 @@ pub struct Plan {
     pub unsupported: Vec<Cell>,
 }
 
-/// Guest seconds spent outside the fio runs. Rough values under TCG,
-/// from the selftest boots (about 15 s of guest time to the first test) and
-/// the module load / `kublk add` / delete / unload of `bench rust-vs-c` (about
-/// 8 s per run); `matrix_run` prints what the run really took, to correct
-/// them.
+/// Guest seconds spent outside the fio runs, besides the boot
+/// ([`plan::boot_seconds`]). Rough values under TCG, from the module load /
+/// `kublk add` / delete / unload of `bench rust-vs-c` (about 8 s per run);
+/// `matrix_run` prints what the run really took, to correct them.
 struct Overhead {
-    /// Boot up to the first cell.
-    boot: u64,
     /// Per cell: fio's start and exit, the wait for the first I/O, the
     /// samples.
     cell: u64,
@@ -159,13 +156,11 @@ struct Overhead {
 fn overhead(accel: &Accel) -> Overhead {
     match accel {
         Accel::Kvm => Overhead {
-            boot: 15,
             cell: 1,
             ublk_block: 3,
             kernel_block: 1,
         },
         Accel::Tcg { .. } => Overhead {
-            boot: 40,
             cell: 3,
             ublk_block: 10,
             kernel_block: 3,
@@ -296,13 +291,13 @@ impl Plan {
         let o = overhead(accel);
         let cells = u64::from(self.total_runs()) * (u64::from(self.runtime()) + o.cell);
         let blocks = u64::from(self.rounds()) * self.block_secs(&o);
-        Duration::from_secs(o.boot + cells + blocks)
+        Duration::from_secs(plan::boot_seconds(accel) + cells + blocks)
     }
 
     /// Expected time per cell run once the guest is up, the driver loads
     /// included: what the run's own figure printed afterwards compares to.
     pub fn per_run_estimate(&self, accel: &Accel) -> Duration {
-        let boot = Duration::from_secs(overhead(accel).boot);
+        let boot = Duration::from_secs(plan::boot_seconds(accel));
         (self.estimate(accel) - boot) / self.total_runs().max(1)
     }
 
@@ -332,7 +327,7 @@ impl Plan {
             self.rounds(),
             self.block_secs(&o),
             self.drivers.len(),
-            o.boot,
+            plan::boot_seconds(accel),
             crate::progress::fmt_duration(self.estimate(accel))
         )
     }

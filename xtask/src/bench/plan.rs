@@ -23,25 +23,24 @@ pub struct Plan {
     pub runtime: u32,
 }
 
-/// Guest seconds around the fio runs: the boot up to the first run, and
-/// per run the module load, `kublk add`, udev settle, fio's 1 s ramp,
-/// delete and unload. Rough values (a selftest boot reaches its first test
-/// in about 15 s of guest time under TCG), to be corrected from a real run.
-struct Overhead {
-    boot: u64,
-    per_run: u64,
+/// Guest seconds from QEMU's start to the first fio run of a benchmark
+/// boot, shared by `bench rust-vs-c` and `bench matrix`. A rough value (a
+/// selftest boot reaches its first test in about 15 s of guest time under
+/// TCG), to be corrected from a real run.
+pub fn boot_seconds(accel: &Accel) -> u64 {
+    match accel {
+        Accel::Kvm => 15,
+        Accel::Tcg { .. } => 40,
+    }
 }
 
-fn overhead(accel: &Accel) -> Overhead {
+/// Guest seconds per fio run besides `--runtime`: the module load,
+/// `kublk add`, udev settle, fio's 1 s ramp, delete and unload. Rough
+/// values, like [`boot_seconds`].
+fn per_run_seconds(accel: &Accel) -> u64 {
     match accel {
-        Accel::Kvm => Overhead {
-            boot: 15,
-            per_run: 3,
-        },
-        Accel::Tcg { .. } => Overhead {
-            boot: 40,
-            per_run: 8,
-        },
+        Accel::Kvm => 3,
+        Accel::Tcg { .. } => 8,
     }
 }
 
@@ -93,9 +92,9 @@ impl Plan {
 
     /// Expected length of the benchmark boot.
     pub fn estimate(&self, accel: &Accel) -> Duration {
-        let o = overhead(accel);
         let runs = u64::from(self.total_rounds()) * 2;
-        Duration::from_secs(o.boot + runs * (u64::from(self.runtime) + o.per_run))
+        let per_run = u64::from(self.runtime) + per_run_seconds(accel);
+        Duration::from_secs(boot_seconds(accel) + runs * per_run)
     }
 
     /// The watchdog's limit for the whole boot: generous, it only bounds a
