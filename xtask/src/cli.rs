@@ -116,6 +116,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 #[cfg(test)]
+mod readme;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use clap::CommandFactory;
@@ -123,114 +126,5 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
-    }
-
-    /// The lines of the code blocks of `markdown` (fenced, or indented by
-    /// four spaces or a tab), continuation lines joined.
-    fn code_lines(markdown: &str) -> Vec<String> {
-        let mut out = Vec::new();
-        let mut fence: Option<&str> = None;
-        let mut pending = String::new();
-        for line in markdown.lines() {
-            let t = line.trim_start();
-            if let Some(f) = fence {
-                if t.starts_with(f) {
-                    fence = None;
-                    continue;
-                }
-            } else if let Some(f) = ["```", "~~~"].into_iter().find(|f| t.starts_with(f)) {
-                fence = Some(f);
-                continue;
-            } else if !(line.starts_with("    ") || line.starts_with('\t')) && pending.is_empty() {
-                continue;
-            }
-            pending.push_str(t);
-            match pending.strip_suffix('\\') {
-                Some(head) => pending = format!("{head} "),
-                None => out.push(std::mem::take(&mut pending)),
-            }
-        }
-        out
-    }
-
-    /// The words after `cargo xtask` of each command that a line of code
-    /// runs (`a && b`, `a | b`, `$ ` prompts, `VAR=x` prefixes, `# `
-    /// comments); shell quotes are removed.
-    fn xtask_commands(line: &str) -> Vec<Vec<String>> {
-        let line = line.split(" # ").next().unwrap_or_default();
-        line.split(['&', '|', ';'])
-            .filter_map(|part| {
-                let words = shell_words(part.trim().trim_start_matches("$ "));
-                let start = words.iter().position(|w| !w.contains('='))?;
-                let rest = &words[start..];
-                (rest.len() >= 2 && rest[0] == "cargo" && rest[1] == "xtask")
-                    .then(|| rest[2..].to_vec())
-            })
-            .collect()
-    }
-
-    /// Splits on blanks outside single or double quotes.
-    fn shell_words(s: &str) -> Vec<String> {
-        let mut words = Vec::new();
-        let mut word: Option<String> = None;
-        let mut quote: Option<char> = None;
-        for c in s.chars() {
-            match (quote, c) {
-                (Some(q), c) if c == q => quote = None,
-                (Some(_), c) => word.get_or_insert_with(String::new).push(c),
-                (None, '\'' | '"') => {
-                    quote = Some(c);
-                    word.get_or_insert_with(String::new);
-                }
-                (None, c) if c.is_whitespace() => words.extend(word.take()),
-                (None, c) => word.get_or_insert_with(String::new).push(c),
-            }
-        }
-        words.extend(word);
-        words
-    }
-
-    #[test]
-    fn commands_are_found_in_markdown() {
-        let md = "text `cargo xtask nope`\n\n    cargo xtask vm -- sh -c 'a b'\n\n```sh\n$ XTASK_NO_KVM=1 cargo xtask selftest \\\n   --quick # smoke\ncargo test && cargo xtask check\n```\ncargo xtask outside\n";
-        let cmds: Vec<Vec<String>> = code_lines(md)
-            .iter()
-            .flat_map(|l| xtask_commands(l))
-            .collect();
-        assert_eq!(
-            cmds,
-            [
-                vec!["vm", "--", "sh", "-c", "a b"],
-                vec!["selftest", "--quick"],
-                vec!["check"],
-            ]
-        );
-    }
-
-    /// Every `cargo xtask` command line in the code blocks of the READMEs
-    /// parses (read when the test runs: the READMEs change on their own).
-    #[test]
-    fn readme_commands_parse() {
-        let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let mut seen = 0;
-        for file in ["README.md", "xtask/README.md"] {
-            let text = std::fs::read_to_string(repo.join(file)).unwrap();
-            for line in code_lines(&text) {
-                for args in xtask_commands(&line) {
-                    seen += 1;
-                    let argv = std::iter::once("cargo xtask".to_string()).chain(args);
-                    if let Err(e) = Cli::try_parse_from(argv) {
-                        use clap::error::ErrorKind::{DisplayHelp, DisplayVersion};
-                        if !matches!(e.kind(), DisplayHelp | DisplayVersion) {
-                            panic!("{file}: `{line}` does not parse:\n{e}");
-                        }
-                    }
-                }
-            }
-        }
-        assert!(
-            seen > 0,
-            "no `cargo xtask` command in the READMEs' code blocks"
-        );
     }
 }
