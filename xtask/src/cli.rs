@@ -44,8 +44,9 @@ enum Cmd {
     /// Boot the test guest with a ublk driver loaded; run a command or a shell.
     #[command(after_help = GUEST)]
     Vm(VmOpts),
-    /// Measure the drivers, one run per subcommand: the C series' claims
-    /// (cover), Rust against C (rust-vs-c), the driver matrix (matrix).
+    /// Measure the drivers, one boot per subcommand: the C series' claims
+    /// (cover), Rust against C (rust-vs-c), the driver matrix (matrix);
+    /// `report` reprints cover's tables from an earlier run, no boot.
     #[command(after_help = GUEST)]
     Bench(crate::bench::BenchOpts),
     /// Where a selftest boot's time went, from its tests' time-stamped traces.
@@ -54,7 +55,15 @@ enum Cmd {
     PrepareSend(crate::send::SendOpts),
     /// Static checks, each with a verdict: checkpatch --strict of every patch,
     /// rustfmtcheck and CLIPPY=1 of the kernel's Rust, cargo fmt and clippy,
-    /// shellcheck of the guest scripts.
+    /// shellcheck of the guest scripts, docutils on the reST documentation;
+    /// builds the kernel first if it is stale.
+    ///
+    /// The kernel checks (rustfmtcheck, CLIPPY=1) need the prepared tree
+    /// and its configured, built kernel: like build-kernel, `check` first
+    /// builds what is stale. On a fresh checkout, or after a change to the
+    /// patches, configs or overlay, that is a kernel build: a full one the
+    /// first time (a fresh `build-kernel` took 16 to 20 minutes on the
+    /// 2-core development machine).
     Check(crate::check::CheckOpts),
     /// The results page (xtask/results/README.md) from the committed
     /// baselines and benchmark reports; builds nothing.

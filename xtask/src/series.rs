@@ -45,6 +45,8 @@ pub enum SeriesCmd {
     /// --zero-commit, numbered as before) and copy the files they touched
     /// into the repository's overlay.
     Export {
+        /// The series' directory under patches/, e.g. 03-rust-ublk (the
+        /// one `series checkout` was given).
         series: String,
         /// The worktree `series checkout` made [default: target/series/SERIES].
         dir: Option<PathBuf>,

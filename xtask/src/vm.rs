@@ -15,8 +15,9 @@ use crate::userland;
 pub struct VmOpts {
     #[command(flatten)]
     pub kernel: KernelOpts,
-    /// The ublk driver the guest loads: c, rust, or none (a guest has one
-    /// at a time; default c, the upstream driver, as `selftest --driver c`).
+    /// The ublk driver the guest loads: c (ublk_drv), rust (rust_ublk), or
+    /// none; default c, because a guest holds one driver at a time and the
+    /// upstream one is the reference.
     #[arg(long, value_enum, default_value = "c")]
     pub driver: Driver,
     /// Limit for the command, seconds.

@@ -28,8 +28,9 @@ pub struct MatrixOpts {
     /// cells, 5 rounds, stays under 30 minutes under TCG).
     #[arg(long, default_value_t = 4)]
     pub runtime: u32,
-    /// The drivers, comma separated (the same --driver as selftest's and
-    /// vm's, plus the in-kernel null drivers).
+    /// The drivers, comma separated: c and rust as in selftest's and vm's
+    /// --driver, plus the in-kernel null_blk and rnull; default all four,
+    /// because the matrix is their comparison.
     #[arg(
         long = "driver",
         value_name = "DRIVER,...",
