@@ -180,3 +180,33 @@ fn readme_commands_parse() {
     );
     assert!(inline > 0, "no `cargo xtask` command in the READMEs' text");
 }
+
+/// Every source file of xtask is named in xtask/README.md's module table
+/// (`` `name.rs` ``), so that a new module comes with its line there.
+#[test]
+fn module_table_names_every_source_file() {
+    let xtask = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(xtask.join("README.md")).unwrap();
+    let start = text.find("| module | job |").expect("the module table");
+    let table = &text[start..];
+    let table = &table[..table.find("\n\n").unwrap_or(table.len())];
+    let mut dirs = vec![xtask.join("src")];
+    let mut seen = 0;
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                seen += 1;
+                let name = path.file_name().unwrap().to_string_lossy();
+                assert!(
+                    table.contains(&format!("`{name}`")),
+                    "{} is not in xtask/README.md's module table",
+                    path.display()
+                );
+            }
+        }
+    }
+    assert!(seen > 10, "only {seen} source files found");
+}
