@@ -28,8 +28,8 @@
 //!
 //! # Locks
 //!
-//! The event queue has its own lock, innermost: `queue_rq` takes it while it holds the request's
-//! io slot, so that a tag is queued with its slot; no slot is held under it.
+//! The event queue has its own lock, innermost: a tag goes into it once its io slot is queued and
+//! let go, so that whoever takes the tag finds the slot queued; no slot is held under it.
 
 use crate::{
     chardev::Cmd,
@@ -540,17 +540,20 @@ pub(crate) fn queue_rq(queue: &Arc<Queue>, rq: ARef<Rq>, last: bool) {
         drop(io);
         return refuse(queue, served);
     }
-    // INVARIANT: The tag is queued with its slot, which is held; the slot was not queued, so its
-    // tag was not in the ring, which has room for every tag of the queue.
+    // The slot is let go queued before its tag goes to the event queue: a fetch command that
+    // takes the tag, on another CPU, finds it queued.
+    drop(io);
+    // INVARIANT: The slot is queued; it was not, so its tag was not in the ring, which has room
+    // for every tag of the queue.
     let pushed = events.lock().tags.push(tag);
     if !pushed {
-        if let Some(served) = io.dequeue() {
-            drop(io);
+        // No fetch command knows the tag, and no teardown visits the slot before this returns
+        // (this runs in `queue_rq`'s RCU read-side critical section): it is still queued.
+        if let Some(served) = slot.hold(Phase::Queued).and_then(|mut io| io.dequeue()) {
             served.finish(queue, EIO.to_errno(), 0);
         }
         return;
     }
-    drop(io);
     if last {
         kick(queue);
     }
@@ -797,10 +800,11 @@ fn undeliver_tag(
         let Some(undelivered) = io.undeliver() else {
             return;
         };
-        // INVARIANT: The tag is queued again with its slot, which is held; the delivery took it
-        // out of the ring.
-        events.lock().tags.push(tag);
+        // The slot is let go queued before its tag goes back to the event queue, as in
+        // `queue_rq`.
         drop(io);
+        // INVARIANT: The slot is queued again; the delivery took its tag out of the ring.
+        events.lock().tags.push(tag);
         undelivered.auto_registered
     };
     if let Some(index) = registered {

@@ -74,9 +74,9 @@
 //!    request is settled (not in copy mode, which lends nothing); innermost: nothing is ended
 //!    under it.
 //! 8. [`batch::EventQueue`] (spinlock, one per queue of a device with `UBLK_F_BATCH_IO`): the tags
-//!    of the requests that wait for the server's fetch commands, and those commands. Taken while
-//!    holding an io slot to queue the tag of its request, or alone; innermost: nothing is
-//!    completed, handed to task work or copied under it.
+//!    of the requests that wait for the server's fetch commands, and those commands. A tag goes in
+//!    once its io slot is queued and let go, so no io slot is held under it; innermost: nothing
+//!    is completed, handed to task work or copied under it.
 //! 9. The server of an unprivileged device ([`unpriv::Unprivileged`], spinlock): the process that
 //!    a request that timed out kills. Taken under the device lock by `open` and `release` of
 //!    `/dev/ublkcN`, or alone by blk-mq's timeout work; innermost: the process is signalled, and
