@@ -55,7 +55,7 @@ const REPORTS: &[Report] = &[
         dir: "xtask/results/perf-profile",
         link: "README.md",
         what: "`cargo xtask vm --driver none\n  \
-               -- bash xtask/guest/perf_drivers.sh`, where each driver's CPU time\n  \
+               -- bash \"$PWD\"/xtask/guest/perf_drivers.sh` (the guest needs an absolute path), where each driver's CPU time\n  \
                goes",
     },
 ];
