@@ -222,12 +222,13 @@ fn cqe_res(ret: Result<i32>) -> i32 {
 /// - `bits` are the issue flags that io_uring passed to a callback that is running on this thread
 ///   for the whole lifetime `'a`, or `IO_URING_CMD_TASK_WORK_ISSUE_FLAGS` if that callback is an
 ///   io_uring task work callback.
-/// - `ctx` is the context handle (`io_uring_cmd_ctx_handle()`) of the command that the callback was
-///   made for.
+/// - `cmd` is the command that the callback was made for. It stays valid until the callback
+///   returns, even if the callback completes it: io_uring frees a request only after the issue
+///   call that completed it returned, or after the task work that completed it ran.
 #[derive(Clone, Copy)]
 pub struct IssueFlags<'a> {
     bits: u32,
-    ctx: *mut c_void,
+    cmd: *mut bindings::io_uring_cmd,
     tw_canceled: bool,
     _p: PhantomData<(&'a (), NotThreadSafe)>,
 }
@@ -239,13 +240,13 @@ impl<'a> IssueFlags<'a> {
     ///
     /// `cmd` and `bits` must be the arguments of a call to the `uring_cmd` file operation that is
     /// running on this thread for the whole lifetime `'a`.
+    #[inline]
     unsafe fn from_uring_cmd(cmd: *mut bindings::io_uring_cmd, bits: c_uint) -> Self {
         // INVARIANT: By the safety requirements, `bits` are the issue flags of a callback that
         // lasts at least `'a`, and `cmd` is the command it was made for.
         Self {
             bits,
-            // SAFETY: By the safety requirements, `cmd` is a valid command.
-            ctx: unsafe { bindings::io_uring_cmd_ctx_handle(cmd) },
+            cmd,
             tw_canceled: false,
             _p: PhantomData,
         }
@@ -258,13 +259,13 @@ impl<'a> IssueFlags<'a> {
     /// `cmd` must be the command of an io_uring task work callback (`io_req_tw_func_t`) that is
     /// running on this thread for the whole lifetime `'a`, and `tw_canceled` the `cancel` field of
     /// the token that the callback was passed.
+    #[inline]
     unsafe fn from_task_work(cmd: *mut bindings::io_uring_cmd, tw_canceled: bool) -> Self {
         // INVARIANT: Task work callbacks run with the ring lock held and their completions are
         // flushed by io_uring, which is what `IO_URING_CMD_TASK_WORK_ISSUE_FLAGS` describes.
         Self {
             bits: bindings::IO_URING_CMD_TASK_WORK_ISSUE_FLAGS,
-            // SAFETY: By the safety requirements, `cmd` is a valid command.
-            ctx: unsafe { bindings::io_uring_cmd_ctx_handle(cmd) },
+            cmd,
             tw_canceled,
             _p: PhantomData,
         }
@@ -323,10 +324,21 @@ impl<'a> IssueFlags<'a> {
     /// # Safety
     ///
     /// `cmd` must point to a valid command.
+    #[inline]
     unsafe fn bits_for(self, cmd: *mut bindings::io_uring_cmd) -> u32 {
+        // The callback's own command is of its ring.
+        if cmd == self.cmd {
+            return self.bits;
+        }
+        if self.is_unlocked() {
+            return self.bits;
+        }
         // SAFETY: By the safety requirements, `cmd` is valid.
         let ctx = unsafe { bindings::io_uring_cmd_ctx_handle(cmd) };
-        if !self.is_unlocked() && crate::warn_on!(ctx != self.ctx) {
+        // SAFETY: By the type invariants, `self.cmd` is valid until the callback returns; the
+        // callback lasts for `'a`, which `self` does not outlive.
+        let own = unsafe { bindings::io_uring_cmd_ctx_handle(self.cmd) };
+        if crate::warn_on!(ctx != own) {
             F_UNLOCKED
         } else {
             self.bits
@@ -957,6 +969,7 @@ impl QueuedIoUringCmd {
     /// `issue_flags` are the flags of the io_uring callback that calls this, which must run for a
     /// command of the same ring ([`QueuedIoUringCmd::same_ring`]). Completions from other
     /// contexts go through [`QueuedIoUringCmd::complete_in_task`].
+    #[inline]
     pub fn done(self, ret: Result<i32>, issue_flags: IssueFlags<'_>) {
         // SAFETY: By the type invariants, `ptr` is valid.
         let bits = unsafe { issue_flags.bits_for(self.as_raw()) };

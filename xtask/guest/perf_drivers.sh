@@ -9,7 +9,9 @@
 # one boot: a boot that fell back to hpet is slower everywhere), fio's
 # IOPS and the share of each binary per run, and in the last round each
 # driver module's symbols, the top kernel symbols and, for the Rust
-# driver's read, the instructions of its hottest function.
+# driver's read, the instructions of its hottest function; for the Rust
+# driver also its glue in the kernel image (kernel crate functions and
+# rust_helper_* calls) and their sum.
 #
 # Boot with no driver loaded and run it:
 #   cargo xtask vm --driver none -- bash xtask/guest/perf_drivers.sh
@@ -39,6 +41,16 @@ for mod in ublk_drv rust_ublk; do
     if [ $round = 3 ]; then
       echo "--- module symbols ($mod)"
       /usr/bin/perf report -i /tmp/perf.data --stdio --no-children --sort dso,sym 2>/dev/null | grep -F "[$mod]" | head -30
+      if [ $mod = rust_ublk ]; then
+        # The Rust driver's glue outside its module: the kernel crate's
+        # functions (Rust-mangled, _RN...) and the C helpers it calls
+        # (rust_helper_*), which C code inlines.
+        echo "--- kernel crate and rust_helper symbols (in the kernel image)"
+        /usr/bin/perf report -i /tmp/perf.data --stdio --no-children --sort dso,sym 2>/dev/null \
+          | grep -F "[kernel.vmlinux]" | grep -E "\] (_RN|rust_helper_)" > /tmp/glue.txt
+        head -25 /tmp/glue.txt
+        echo "sum: $(awk '{s += $1} END {printf "%.2f%%", s}' /tmp/glue.txt)"
+      fi
       echo "--- top kernel symbols"
       /usr/bin/perf report -i /tmp/perf.data --stdio --no-children --sort sym 2>/dev/null | grep -v "^#" | grep -v "^$" | grep "\[k\]" | head -30
       if [ $mod = rust_ublk ] && [ $rw = randread ]; then

@@ -102,6 +102,7 @@ impl MiscDevice for CharDev {
         dev.queues.get(q_id)?.desc_pages.map(q_id, vma)
     }
 
+    #[inline]
     fn uring_cmd<'a>(
         dev: ArcBorrow<'_, UblkDevice>,
         cmd: Cmd<'a>,

@@ -215,6 +215,7 @@ impl Queue {
     /// Returns whether the driver copies the data of requests between them and the buffers that
     /// the server names in its commands (copy mode), rather than the server reaching it with user
     /// copy or zero copy.
+    #[inline]
     pub(crate) fn copies_data(&self) -> bool {
         !(self.user_copy || self.zero_copy || self.auto_buf_reg)
     }
@@ -423,6 +424,7 @@ impl mq::Operations for DiskOps {
         })
     }
 
+    #[inline]
     fn queue_rq(queues: ArcBorrow<'_, Queues>, rq: ARef<Rq>, is_last: bool) -> Result {
         let queue = queues.get(rq.queue_index() as usize)?;
         if queue.events.is_some() {

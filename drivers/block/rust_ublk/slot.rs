@@ -121,22 +121,32 @@ pub(crate) enum Phase {
 const HELD: i32 = -1;
 
 impl Phase {
-    const ALL: [Phase; 10] = [
-        Phase::Idle,
-        Phase::Fetched,
-        Phase::Dispatched,
-        Phase::Delivering,
-        Phase::Committing,
-        Phase::Serving,
-        Phase::NeedGetData,
-        Phase::Aborted,
-        Phase::Prepared,
-        Phase::Queued,
-    ];
-
     /// Returns the phase whose value [`Slot::state`] holds, or `None` while the slot is held.
+    #[inline]
     fn from_word(word: i32) -> Option<Phase> {
-        Self::ALL.into_iter().find(|phase| *phase as i32 == word)
+        const IDLE: i32 = Phase::Idle as i32;
+        const FETCHED: i32 = Phase::Fetched as i32;
+        const DISPATCHED: i32 = Phase::Dispatched as i32;
+        const DELIVERING: i32 = Phase::Delivering as i32;
+        const COMMITTING: i32 = Phase::Committing as i32;
+        const SERVING: i32 = Phase::Serving as i32;
+        const NEED_GET_DATA: i32 = Phase::NeedGetData as i32;
+        const ABORTED: i32 = Phase::Aborted as i32;
+        const PREPARED: i32 = Phase::Prepared as i32;
+        const QUEUED: i32 = Phase::Queued as i32;
+        Some(match word {
+            IDLE => Phase::Idle,
+            FETCHED => Phase::Fetched,
+            DISPATCHED => Phase::Dispatched,
+            DELIVERING => Phase::Delivering,
+            COMMITTING => Phase::Committing,
+            SERVING => Phase::Serving,
+            NEED_GET_DATA => Phase::NeedGetData,
+            ABORTED => Phase::Aborted,
+            PREPARED => Phase::Prepared,
+            QUEUED => Phase::Queued,
+            _ => return None,
+        })
     }
 }
 
@@ -201,12 +211,14 @@ impl Io {
     }
 
     /// Returns the server's buffer for the data of the slot's requests.
+    #[inline]
     pub(crate) fn addr(&self) -> u64 {
         self.addr
     }
 
     /// Returns the server thread that fetched the slot, if any; only compared, never
     /// dereferenced.
+    #[inline]
     pub(crate) fn task_ptr(&self) -> *const Task {
         self.task
             .as_deref()
@@ -215,11 +227,13 @@ impl Io {
 
     /// Returns the slot's fetch command, while the slot waits with one for its request or its
     /// request waits for the task work of its batch.
+    #[inline]
     pub(crate) fn cmd(&self) -> Option<&QueuedIoUringCmd> {
         self.cmd.as_ref()
     }
 
     /// Returns the request that the server serves, if it does.
+    #[inline]
     pub(crate) fn serving(&self) -> Option<&Served> {
         match self.phase {
             Phase::Serving => self.served.as_ref(),
@@ -278,6 +292,7 @@ impl Io {
     /// command, after writing its descriptor `desc`. The command stays in the slot (the first
     /// slot of a batch gives it to the batch, [`Io::take_head_cmd`]). If the slot has no fetch
     /// command, `served` is returned.
+    #[inline]
     pub(crate) fn dispatch(&mut self, served: Served, desc: &IoDesc) -> Result<(), Served> {
         if self.phase != Phase::Fetched {
             return Err(served);
@@ -292,6 +307,7 @@ impl Io {
 
     /// Takes the fetch command of a dispatched slot, the first of its batch, whose task work
     /// delivers the batch.
+    #[inline]
     pub(crate) fn take_head_cmd(&mut self) -> Option<QueuedIoUringCmd> {
         if self.phase != Phase::Dispatched {
             return None;
@@ -310,6 +326,7 @@ impl Io {
 
     /// `Dispatched` -> `Delivering`: the task work of the batch takes the request, the fetch
     /// command and the link to the next slot.
+    #[inline]
     pub(crate) fn start_delivery(&mut self) -> Option<Delivery> {
         if self.phase != Phase::Dispatched {
             return None;
@@ -366,6 +383,7 @@ impl Io {
     }
 
     /// `Delivering` -> `Serving`: the server gets the request.
+    #[inline]
     fn serve(&mut self, served: Served) {
         warn_on!(self.phase != Phase::Delivering);
         // INVARIANT: `Serving` holds the request.
@@ -421,6 +439,7 @@ impl Io {
     /// `auto_reg` of the next one. Returns the request and the ring and index of its buffer
     /// registered automatically, if any. `EBUSY` if the server does not serve a request in the
     /// slot.
+    #[inline]
     pub(crate) fn start_commit(
         &mut self,
         auto_reg: AutoBufReg,
@@ -441,6 +460,7 @@ impl Io {
         Ok(taken)
     }
 
+    #[inline]
     fn take_committed(
         &mut self,
         to: Phase,
@@ -461,28 +481,15 @@ impl Io {
     }
 
     /// `Delivering` or `Committing` -> `Fetched`: keeps `fetch`, a command that the server sent
-    /// with the buffer `addr`, to wait for the slot's next request. If the queue is not served
-    /// (the device is stopped or quiesced, or the server is going away), the slot is `Aborted`
-    /// and `fetch` is returned, for the caller to complete with `UBLK_IO_RES_ABORT`.
-    fn rearm(
-        &mut self,
-        queue: &Queue,
-        fetch: QueuedIoUringCmd,
-        addr: u64,
-    ) -> Option<QueuedIoUringCmd> {
+    /// with the buffer `addr`, to wait for the slot's next request. The holder checks that the
+    /// queue is served once it let go ([`Held::release_armed`]).
+    #[inline]
+    fn rearm(&mut self, fetch: QueuedIoUringCmd, addr: u64) {
         warn_on!(!matches!(self.phase, Phase::Delivering | Phase::Committing));
-        // Unlike the C driver, which keeps such a command until io_uring cancels it, a server that
-        // is going away (the device is stopped or quiesced) gets no more requests.
-        if queue.state() != QueueState::Serving {
-            // INVARIANT: `Aborted` holds no command: it is returned.
-            self.phase = Phase::Aborted;
-            return Some(fetch);
-        }
         self.addr = addr;
         // INVARIANT: `Fetched` holds the command.
         self.cmd = Some(fetch);
         self.phase = Phase::Fetched;
-        None
     }
 
     /// `Delivering` -> `Aborted`: the server's task exits, and `fetch` completes with
@@ -720,6 +727,7 @@ impl Slot {
     /// that the request frees when it ends finds the slot ready for the next request; the paths
     /// that fail a request whose server is gone may call it while they hold the slot.
     #[must_use = "the request that this returns must be ended"]
+    #[inline]
     pub(crate) fn settle(&self, served: Served, error: i32, bytes: u32) -> Option<Ending> {
         if !self.lends {
             return Some(Ending::new(served, error, bytes));
@@ -818,11 +826,11 @@ impl core::ops::DerefMut for Held<'_> {
 }
 
 impl Held<'_> {
-    /// Lets go of a slot that the caller left [`Phase::Fetched`] or [`Phase::Aborted`] (re-armed
-    /// with a new fetch command, or not), then checks that `queue` still takes requests. A
-    /// teardown that changed the queue's state while the slot was held found it held and passed
-    /// it by; the command is then taken back, and returned for the caller to complete with
-    /// `UBLK_IO_RES_ABORT`.
+    /// Lets go of a slot that the caller re-armed ([`Phase::Fetched`], with a new fetch command),
+    /// then checks that `queue` still takes requests. If it does not (the state changed before,
+    /// or a teardown changed it while the slot was held, found it held and passed it by), the
+    /// command is taken back, and returned for the caller to complete with `UBLK_IO_RES_ABORT`.
+    #[inline]
     fn release_armed(self, queue: &Queue) -> Option<QueuedIoUringCmd> {
         let slot = self.slot;
         let phase = self.phase;
@@ -839,18 +847,21 @@ impl Held<'_> {
 
     /// `Delivering` or `Committing` -> `Fetched`, and lets go of the slot: see `Io::rearm`.
     /// Returns `fetch` if the queue is not served, for the caller to complete with
-    /// `UBLK_IO_RES_ABORT`.
+    /// `UBLK_IO_RES_ABORT`: the slot is then `Aborted`, unless a teardown or a cancellation took
+    /// the command first.
+    ///
+    /// Unlike the C driver, which keeps such a command until io_uring cancels it, a server that
+    /// is going away (the device is stopped or quiesced) gets no more requests.
     #[must_use = "the command that this returns must be completed"]
+    #[inline]
     pub(crate) fn rearm(
         mut self,
         queue: &Queue,
         fetch: QueuedIoUringCmd,
         addr: u64,
     ) -> Option<QueuedIoUringCmd> {
-        match Io::rearm(&mut self, queue, fetch, addr) {
-            Some(fetch) => Some(fetch),
-            None => self.release_armed(queue),
-        }
+        Io::rearm(&mut self, fetch, addr);
+        self.release_armed(queue)
     }
 
     /// As [`Held::rearm`], with the slot's buffer.
@@ -952,6 +963,7 @@ impl Held<'_> {
 
     /// `Delivering` -> `Serving`: the server gets the request, which the slot may lend from now
     /// on.
+    #[inline]
     pub(crate) fn serve(&mut self, served: Served) {
         self.start_lending(&served);
         Io::serve(self, served);
@@ -972,6 +984,7 @@ impl Held<'_> {
     }
 
     /// The slot may lend `served`, the request that the server gets, if it has data.
+    #[inline]
     fn start_lending(&self, served: &Served) {
         // Only reads and writes, zone appends and reports have data.
         if self.slot.lends && zoned::has_data(served.op()) {
@@ -1015,6 +1028,7 @@ pub(crate) fn refuse(queue: &Queue, served: Served) {
 
 /// Returns the io descriptor of `rq`, whose data goes to or comes from `addr`, unless it lies in
 /// a registered buffer.
+#[inline]
 pub(crate) fn describe(rq: &Served, addr: u64) -> Option<IoDesc> {
     let (op, nr_sectors, start_sector) = match rq.op() {
         ReqOp::Read => (uapi::IO_OP_READ, rq.nr_sectors(), rq.sector()),
