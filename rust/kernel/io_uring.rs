@@ -222,13 +222,14 @@ fn cqe_res(ret: Result<i32>) -> i32 {
 /// - `bits` are the issue flags that io_uring passed to a callback that is running on this thread
 ///   for the whole lifetime `'a`, or `IO_URING_CMD_TASK_WORK_ISSUE_FLAGS` if that callback is an
 ///   io_uring task work callback.
-/// - `cmd` is the command that the callback was made for. It stays valid until the callback
-///   returns, even if the callback completes it: io_uring frees a request only after the issue
-///   call that completed it returned, or after the task work that completed it ran.
+/// - `cmd` is the command that the callback was made for; it is only compared, never
+///   dereferenced.
+/// - `ctx` is the context handle (`io_uring_cmd_ctx_handle()`) of that command.
 #[derive(Clone, Copy)]
 pub struct IssueFlags<'a> {
     bits: u32,
     cmd: *mut bindings::io_uring_cmd,
+    ctx: *mut c_void,
     tw_canceled: bool,
     _p: PhantomData<(&'a (), NotThreadSafe)>,
 }
@@ -247,6 +248,8 @@ impl<'a> IssueFlags<'a> {
         Self {
             bits,
             cmd,
+            // SAFETY: By the safety requirements, `cmd` is a valid command.
+            ctx: unsafe { bindings::io_uring_cmd_ctx_handle(cmd) },
             tw_canceled: false,
             _p: PhantomData,
         }
@@ -266,6 +269,8 @@ impl<'a> IssueFlags<'a> {
         Self {
             bits: bindings::IO_URING_CMD_TASK_WORK_ISSUE_FLAGS,
             cmd,
+            // SAFETY: By the safety requirements, `cmd` is a valid command.
+            ctx: unsafe { bindings::io_uring_cmd_ctx_handle(cmd) },
             tw_canceled,
             _p: PhantomData,
         }
@@ -326,19 +331,13 @@ impl<'a> IssueFlags<'a> {
     /// `cmd` must point to a valid command.
     #[inline]
     unsafe fn bits_for(self, cmd: *mut bindings::io_uring_cmd) -> u32 {
-        // The callback's own command is of its ring.
-        if cmd == self.cmd {
-            return self.bits;
-        }
-        if self.is_unlocked() {
+        // The callback's own command is of the callback's ring; unlocked flags fit any ring.
+        if cmd == self.cmd || self.is_unlocked() {
             return self.bits;
         }
         // SAFETY: By the safety requirements, `cmd` is valid.
         let ctx = unsafe { bindings::io_uring_cmd_ctx_handle(cmd) };
-        // SAFETY: By the type invariants, `self.cmd` is valid until the callback returns; the
-        // callback lasts for `'a`, which `self` does not outlive.
-        let own = unsafe { bindings::io_uring_cmd_ctx_handle(self.cmd) };
-        if crate::warn_on!(ctx != own) {
+        if crate::warn_on!(ctx != self.ctx) {
             F_UNLOCKED
         } else {
             self.bits

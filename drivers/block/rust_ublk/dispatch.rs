@@ -45,13 +45,11 @@ pub(crate) struct Batch<'a> {
 impl Batch<'_> {
     /// Whether the request of an io slot whose fetch command is `cmd`, sent by `task`, can reach
     /// the server in this batch's task work.
-    #[inline]
     fn takes(&self, queue: &Arc<Queue>, task: *const Task, cmd: &QueuedIoUringCmd) -> bool {
         Arc::ptr_eq(self.queue, queue) && self.task == task && self.head.same_ring(cmd)
     }
 
     /// Hands the batch to the server's task.
-    #[inline]
     pub(crate) fn submit(self) {
         self.head.complete_in_task_with(self.queue.clone(), deliver);
     }
@@ -62,7 +60,6 @@ impl Batch<'_> {
 ///
 /// The request goes in `batch` if it can, or starts a new batch, and the one it replaces is
 /// submitted. The caller submits the last batch.
-#[inline]
 pub(crate) fn dispatch<'a>(queue: &'a Arc<Queue>, rq: ARef<Rq>, batch: &mut Option<Batch<'a>>) {
     let served = Served::new(queue, rq);
     let Some(slot) = queue.slot(served.tag() as usize) else {

@@ -195,7 +195,6 @@ impl Served {
 impl core::ops::Deref for Served {
     type Target = Rq;
 
-    #[inline]
     fn deref(&self) -> &Rq {
         &self.rq
     }
@@ -212,7 +211,6 @@ pub(crate) struct Ending {
 }
 
 impl Ending {
-    #[inline]
     pub(crate) fn new(served: Served, error: i32, bytes: u32) -> Self {
         Self {
             served,
@@ -229,7 +227,6 @@ impl Ending {
 
     /// Ends the request: inline, or through `blk_mq_complete_request_remote()` if the queue
     /// honours `rq_affinity`.
-    #[inline]
     pub(crate) fn end(self, queue: &Queue) {
         // Asked before the request is handed to another CPU: once it is marked complete, it
         // cannot time out.
@@ -247,7 +244,6 @@ impl Ending {
     /// Whether the `fail_io_timeout` fault injection drops the completion of the request
     /// (`ublk_fake_timeout()`). As in the C driver, it is asked only for a read whose data the
     /// driver copied from the server in full, the one completion that ends its request in one go.
-    #[inline]
     fn loses_completion(&self, queue: &Queue) -> bool {
         let served = &self.served;
         queue.copies_data()
@@ -260,12 +256,10 @@ impl Ending {
 }
 
 /// The pdu of the driver's commands: the queue and the tag of their io slot.
-#[inline]
 pub(crate) fn pdu(q_id: u16, tag: u16) -> u32 {
     (u32::from(q_id) << 16) | u32::from(tag)
 }
 
-#[inline]
 pub(crate) fn pdu_tag(pdu: u32) -> usize {
     (pdu & 0xffff) as usize
 }
@@ -330,7 +324,6 @@ pub(crate) fn copy_write(rq: &Served, addr: u64) -> Copy {
 /// to `blk_mq_complete_request_remote()` is in the section too: the `BLOCK_SOFTIRQ` that it raises
 /// for a device with one hardware queue then runs when the section ends, without waking
 /// `ksoftirqd`.
-#[inline]
 fn route_end(queue: &Queue, rq: ARef<Rq>, error: i32, bytes: u32) {
     let bh = local_bh_disable();
     if queue.rq_affinity {
@@ -355,7 +348,6 @@ pub(crate) fn end_lost(queue: &Queue, rq: ARef<Rq>, error: Error) {
 /// disabled (see [`route_end`] for why). Every end of a request of the driver is this function's:
 /// it is the only caller of the `Request::end` family, and it takes the proof that bottom halves
 /// are disabled.
-#[inline]
 pub(crate) fn end_request(rq: ARef<Rq>, error: i32, bytes: u32, _bh: &LocalBhDisabled) {
     let ret = if error < 0 {
         Request::end(rq, BlkStatus::from(Error::from_errno(error)))
@@ -398,7 +390,6 @@ pub(crate) fn give_back(queue: &Queue, slot: &Slot) {
 }
 
 /// Returns the queue of an io command, checked against the device, and its io slot.
-#[inline]
 pub(crate) fn slot_of<'a>(
     dev: &'a UblkDevice,
     io_cmd: &IoCmd,
@@ -414,7 +405,6 @@ pub(crate) fn slot_of<'a>(
 /// Returns the buffer address that the io descriptors of a slot's requests give the server, as
 /// the C driver does: the one that the fetch or commit command named, or, with
 /// `UBLK_F_AUTO_BUF_REG`, where their buffer is registered, in the encoding of the SQE's `addr`.
-#[inline]
 pub(crate) fn buf_addr(queue: &Queue, io_cmd: &IoCmd, auto_reg: AutoBufReg) -> u64 {
     if queue.auto_buf_reg {
         auto_reg.to_sqe_addr()
@@ -427,7 +417,6 @@ pub(crate) fn buf_addr(queue: &Queue, io_cmd: &IoCmd, auto_reg: AutoBufReg) -> u
 /// `op`, as the C driver does: none with user copy; in copy mode, the buffer of the request's
 /// data, which may be left out where `UBLK_F_NEED_GET_DATA` asks for it later (not for a read,
 /// whose data the commit copies from it).
-#[inline]
 pub(crate) fn check_buf(queue: &Queue, addr: u64, op: Option<ReqOp>) -> Result {
     let ok = if !queue.copies_data() {
         // But for a zone append, whose commit says where its data landed.
@@ -479,7 +468,6 @@ impl Committed {
 /// Returns the result with which `served` ends, the server having committed it with `result`
 /// (`__ublk_complete_rq()`): 0 or a negative errno, and the bytes transferred; or, for a read in
 /// copy mode, that its data is to be copied from the server's buffer first.
-#[inline]
 pub(crate) fn commit_result(queue: &Queue, served: &Served, result: i32) -> Committed {
     let len = served.len;
     if result < 0 {

@@ -117,7 +117,6 @@ impl DescWriter {
     /// Writes the descriptor.
     ///
     /// The server reads it once it is told about the request, after this.
-    #[inline]
     pub(crate) fn write(&mut self, desc: &IoDesc) {
         self.write_at(0, &desc.to_bytes());
     }
@@ -133,7 +132,6 @@ impl DescWriter {
     }
 
     /// Writes `bytes` at `offset` into the descriptor.
-    #[inline]
     fn write_at(&mut self, offset: usize, bytes: &[u8]) {
         // `offset` and `bytes` come from the layout of a descriptor, so they stay in it.
         if warn_on!(offset + bytes.len() > IO_DESC_SIZE) {

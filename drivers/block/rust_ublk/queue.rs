@@ -215,7 +215,6 @@ impl Queue {
     /// Returns whether the driver copies the data of requests between them and the buffers that
     /// the server names in its commands (copy mode), rather than the server reaching it with user
     /// copy or zero copy.
-    #[inline]
     pub(crate) fn copies_data(&self) -> bool {
         !(self.user_copy || self.zero_copy || self.auto_buf_reg)
     }

@@ -6,7 +6,8 @@
 //!   from        to                  by                                    method
 //!   Idle        Fetched             UBLK_U_IO_FETCH_REQ                   Held::fetch
 //!   Fetched     Dispatched          queue_rq                              Io::dispatch
-//!   Fetched     Aborted             io_uring cancels, the device stops    Io::abort_fetch
+//!   Fetched     Aborted             io_uring cancels, the device stops,   Io::abort_fetch
+//!                                   a re-arm finds the queue not served
 //!   Dispatched  Delivering          the server's task work                Io::start_delivery
 //!   Delivering  Serving             the server gets the request           Held::serve
 //!   Delivering  NeedGetData         the server is asked for a buffer      Io::ask_for_buffer
@@ -53,8 +54,8 @@
 //! which change the queue's state and then visit every slot, could find a slot held by a context
 //! that then leaves it as it was: `queue_rq` reads the state before it holds a slot, and the
 //! teardown paths wait for an RCU grace period before they visit (blk-mq calls `queue_rq` in an
-//! RCU read-side critical section); a commit that re-arms the slot meanwhile checks the state
-//! again after letting go ([`Held::rearm`]).
+//! RCU read-side critical section); a commit that re-arms the slot reads the state once it let
+//! go ([`Held::rearm`]).
 //!
 //! A request that the server serves may be lent to user copies and registered buffers, which
 //! give it back from any context. Lending does not hold the slot: the request, what was lent of
@@ -124,16 +125,17 @@ impl Phase {
     /// Returns the phase whose value [`Slot::state`] holds, or `None` while the slot is held.
     #[inline]
     fn from_word(word: i32) -> Option<Phase> {
-        const IDLE: i32 = Phase::Idle as i32;
-        const FETCHED: i32 = Phase::Fetched as i32;
-        const DISPATCHED: i32 = Phase::Dispatched as i32;
-        const DELIVERING: i32 = Phase::Delivering as i32;
-        const COMMITTING: i32 = Phase::Committing as i32;
-        const SERVING: i32 = Phase::Serving as i32;
-        const NEED_GET_DATA: i32 = Phase::NeedGetData as i32;
-        const ABORTED: i32 = Phase::Aborted as i32;
-        const PREPARED: i32 = Phase::Prepared as i32;
-        const QUEUED: i32 = Phase::Queued as i32;
+        const IDLE: i32 = Phase::Idle.word();
+        const FETCHED: i32 = Phase::Fetched.word();
+        const DISPATCHED: i32 = Phase::Dispatched.word();
+        const DELIVERING: i32 = Phase::Delivering.word();
+        const COMMITTING: i32 = Phase::Committing.word();
+        const SERVING: i32 = Phase::Serving.word();
+        const NEED_GET_DATA: i32 = Phase::NeedGetData.word();
+        const ABORTED: i32 = Phase::Aborted.word();
+        const PREPARED: i32 = Phase::Prepared.word();
+        const QUEUED: i32 = Phase::Queued.word();
+        // Every phase has its arm: see `Phase::word`.
         Some(match word {
             IDLE => Phase::Idle,
             FETCHED => Phase::Fetched,
@@ -147,6 +149,25 @@ impl Phase {
             QUEUED => Phase::Queued,
             _ => return None,
         })
+    }
+
+    /// Returns the value of [`Slot::state`] in this phase. The match names every phase, so that a
+    /// phase added to the enum fails to build here, next to [`Phase::from_word`], which must map
+    /// it back.
+    #[inline]
+    const fn word(self) -> i32 {
+        match self {
+            Phase::Idle
+            | Phase::Fetched
+            | Phase::Dispatched
+            | Phase::Delivering
+            | Phase::Committing
+            | Phase::Serving
+            | Phase::NeedGetData
+            | Phase::Aborted
+            | Phase::Prepared
+            | Phase::Queued => self as i32,
+        }
     }
 }
 
@@ -211,14 +232,12 @@ impl Io {
     }
 
     /// Returns the server's buffer for the data of the slot's requests.
-    #[inline]
     pub(crate) fn addr(&self) -> u64 {
         self.addr
     }
 
     /// Returns the server thread that fetched the slot, if any; only compared, never
     /// dereferenced.
-    #[inline]
     pub(crate) fn task_ptr(&self) -> *const Task {
         self.task
             .as_deref()
@@ -227,13 +246,11 @@ impl Io {
 
     /// Returns the slot's fetch command, while the slot waits with one for its request or its
     /// request waits for the task work of its batch.
-    #[inline]
     pub(crate) fn cmd(&self) -> Option<&QueuedIoUringCmd> {
         self.cmd.as_ref()
     }
 
     /// Returns the request that the server serves, if it does.
-    #[inline]
     pub(crate) fn serving(&self) -> Option<&Served> {
         match self.phase {
             Phase::Serving => self.served.as_ref(),
@@ -292,7 +309,6 @@ impl Io {
     /// command, after writing its descriptor `desc`. The command stays in the slot (the first
     /// slot of a batch gives it to the batch, [`Io::take_head_cmd`]). If the slot has no fetch
     /// command, `served` is returned.
-    #[inline]
     pub(crate) fn dispatch(&mut self, served: Served, desc: &IoDesc) -> Result<(), Served> {
         if self.phase != Phase::Fetched {
             return Err(served);
@@ -307,7 +323,6 @@ impl Io {
 
     /// Takes the fetch command of a dispatched slot, the first of its batch, whose task work
     /// delivers the batch.
-    #[inline]
     pub(crate) fn take_head_cmd(&mut self) -> Option<QueuedIoUringCmd> {
         if self.phase != Phase::Dispatched {
             return None;
@@ -326,7 +341,6 @@ impl Io {
 
     /// `Dispatched` -> `Delivering`: the task work of the batch takes the request, the fetch
     /// command and the link to the next slot.
-    #[inline]
     pub(crate) fn start_delivery(&mut self) -> Option<Delivery> {
         if self.phase != Phase::Dispatched {
             return None;
@@ -383,7 +397,6 @@ impl Io {
     }
 
     /// `Delivering` -> `Serving`: the server gets the request.
-    #[inline]
     fn serve(&mut self, served: Served) {
         warn_on!(self.phase != Phase::Delivering);
         // INVARIANT: `Serving` holds the request.
@@ -460,7 +473,6 @@ impl Io {
         Ok(taken)
     }
 
-    #[inline]
     fn take_committed(
         &mut self,
         to: Phase,
@@ -482,8 +494,7 @@ impl Io {
 
     /// `Delivering` or `Committing` -> `Fetched`: keeps `fetch`, a command that the server sent
     /// with the buffer `addr`, to wait for the slot's next request. The holder checks that the
-    /// queue is served once it let go ([`Held::release_armed`]).
-    #[inline]
+    /// queue is served once it let go ([`Held::rearm`]).
     fn rearm(&mut self, fetch: QueuedIoUringCmd, addr: u64) {
         warn_on!(!matches!(self.phase, Phase::Delivering | Phase::Committing));
         self.addr = addr;
@@ -650,7 +661,7 @@ impl Slot {
         };
         // INVARIANT: The slot is idle and not held, names no thread, and lent nothing.
         try_pin_init!(Self {
-            state: Atomic::new(Phase::Idle as i32),
+            state: Atomic::new(Phase::Idle.word()),
             task: ThreadId(Atomic::new(core::ptr::null())),
             io: UnsafeCell::new(Io::new(desc.ok_or(EINVAL)?)),
             lends,
@@ -665,9 +676,9 @@ impl Slot {
         // The exchange pairs with the release of the previous holder; it is fully ordered, so
         // that a holder's later read of its queue's state is ordered after it, as against the
         // visits of the teardown paths, which change the state first.
-        self.state.cmpxchg(from as i32, HELD, Full).ok()?;
+        self.state.cmpxchg(from.word(), HELD, Full).ok()?;
         // INVARIANT: The exchange moved `state` from a phase to `HELD`, for this guard, which
-        // moves it back to a phase when it lets go (its drop, or `Held::release_armed`).
+        // moves it back to a phase when it lets go (its drop, or `Held::rearm`).
         Some(Held { slot: self })
     }
 
@@ -727,7 +738,6 @@ impl Slot {
     /// that the request frees when it ends finds the slot ready for the next request; the paths
     /// that fail a request whose server is gone may call it while they hold the slot.
     #[must_use = "the request that this returns must be ended"]
-    #[inline]
     pub(crate) fn settle(&self, served: Served, error: i32, bytes: u32) -> Option<Ending> {
         if !self.lends {
             return Some(Ending::new(served, error, bytes));
@@ -798,7 +808,7 @@ pub(crate) struct Held<'a> {
 impl Drop for Held<'_> {
     #[inline]
     fn drop(&mut self) {
-        let phase = self.phase as i32;
+        let phase = self.phase.word();
         // The release pairs with the exchange of the next holder.
         self.slot.state.store(phase, Release);
     }
@@ -826,32 +836,12 @@ impl core::ops::DerefMut for Held<'_> {
 }
 
 impl Held<'_> {
-    /// Lets go of a slot that the caller re-armed ([`Phase::Fetched`], with a new fetch command),
-    /// then checks that `queue` still takes requests. If it does not (the state changed before,
-    /// or a teardown changed it while the slot was held, found it held and passed it by), the
-    /// command is taken back, and returned for the caller to complete with `UBLK_IO_RES_ABORT`.
-    #[inline]
-    fn release_armed(self, queue: &Queue) -> Option<QueuedIoUringCmd> {
-        let slot = self.slot;
-        let phase = self.phase;
-        // Letting go here instead of in `drop`, fully ordered: either the teardown, which
-        // changes the state with a fully ordered exchange before it visits the slots, finds the
-        // slot fetched, or the state is seen changed below.
-        core::mem::forget(self);
-        slot.state.xchg(phase as i32, Full);
-        if phase != Phase::Fetched || queue.state() == QueueState::Serving {
-            return None;
-        }
-        slot.hold(Phase::Fetched)?.abort_fetch(|_| true)
-    }
-
     /// `Delivering` or `Committing` -> `Fetched`, and lets go of the slot: see `Io::rearm`.
-    /// Returns `fetch` if the queue is not served, for the caller to complete with
-    /// `UBLK_IO_RES_ABORT`: the slot is then `Aborted`, unless a teardown or a cancellation took
-    /// the command first.
     ///
-    /// Unlike the C driver, which keeps such a command until io_uring cancels it, a server that
-    /// is going away (the device is stopped or quiesced) gets no more requests.
+    /// Then, if the queue is not served (the device is stopped or quiesced, or the server is
+    /// going away), the command is taken back and returned, for the caller to complete with
+    /// `UBLK_IO_RES_ABORT`; the slot is then `Aborted`. Unlike the C driver, which keeps such a
+    /// command until io_uring cancels it, a server that is going away gets no more requests.
     #[must_use = "the command that this returns must be completed"]
     #[inline]
     pub(crate) fn rearm(
@@ -861,7 +851,28 @@ impl Held<'_> {
         addr: u64,
     ) -> Option<QueuedIoUringCmd> {
         Io::rearm(&mut self, fetch, addr);
-        self.release_armed(queue)
+        let slot = self.slot;
+        // Letting go here instead of in `drop`, fully ordered: either a teardown, which changes
+        // the state with a fully ordered exchange before it visits the slots, finds the slot
+        // fetched, or the state is seen changed below.
+        core::mem::forget(self);
+        slot.state.xchg(Phase::Fetched.word(), Full);
+        if queue.state() == QueueState::Serving {
+            return None;
+        }
+        // The command is taken back, unless a teardown or a cancellation took it (the slot is
+        // `Aborted` then, and they complete it). Whoever else holds a fetched slot of a queue
+        // that is not served lets go of it at once, without sleeping: `queue_rq`, which reads
+        // the state again once it holds the slot, and refuses.
+        loop {
+            if let Some(mut io) = slot.hold(Phase::Fetched) {
+                return io.abort_fetch(|_| true);
+            }
+            match slot.phase() {
+                None | Some(Phase::Fetched) => core::hint::spin_loop(),
+                Some(_) => return None,
+            }
+        }
     }
 
     /// As [`Held::rearm`], with the slot's buffer.
@@ -963,7 +974,6 @@ impl Held<'_> {
 
     /// `Delivering` -> `Serving`: the server gets the request, which the slot may lend from now
     /// on.
-    #[inline]
     pub(crate) fn serve(&mut self, served: Served) {
         self.start_lending(&served);
         Io::serve(self, served);
@@ -984,7 +994,6 @@ impl Held<'_> {
     }
 
     /// The slot may lend `served`, the request that the server gets, if it has data.
-    #[inline]
     fn start_lending(&self, served: &Served) {
         // Only reads and writes, zone appends and reports have data.
         if self.slot.lends && zoned::has_data(served.op()) {
@@ -1028,7 +1037,6 @@ pub(crate) fn refuse(queue: &Queue, served: Served) {
 
 /// Returns the io descriptor of `rq`, whose data goes to or comes from `addr`, unless it lies in
 /// a registered buffer.
-#[inline]
 pub(crate) fn describe(rq: &Served, addr: u64) -> Option<IoDesc> {
     let (op, nr_sectors, start_sector) = match rq.op() {
         ReqOp::Read => (uapi::IO_OP_READ, rq.nr_sectors(), rq.sector()),

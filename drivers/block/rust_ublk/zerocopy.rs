@@ -36,7 +36,6 @@ use kernel::{
 
 /// Returns where the buffer of the slot's next request goes, as the fetch or commit command `cmd`
 /// names it, on a device with `UBLK_F_AUTO_BUF_REG`; the default on other devices.
-#[inline]
 pub(crate) fn auto_buf_reg(queue: &Queue, cmd: &Cmd<'_>) -> Result<AutoBufReg> {
     if queue.auto_buf_reg {
         AutoBufReg::parse(cmd.sqe_addr())
