@@ -34,6 +34,9 @@
 #
 # SECTIONS (job.env) lists the sections to run.
 
+# shellcheck source=/dev/null
+. "$JOB/bench_cpu.sh"
+
 KUBLK="$SELFTESTS/kublk"
 CSV="$JOB/bench.csv"
 : > "$CSV"

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # The "matrix" section of bench.sh (`cargo xtask bench matrix`), sourced
-# by it: uses its log, rec and KUBLK, and run.sh's load_driver and status.
+# by it: uses its log, rec and KUBLK, bench_cpu.sh's cpu_* (the CPU time
+# per I/O) and run.sh's load_driver and status.
 # The boot starts with no driver loaded.
 #
 # MATRIX_PLAN (job.env) is the whole run in order, one word per cell run:
@@ -24,7 +25,7 @@
 # driver. While it runs, once the device has completed an I/O of this run,
 # a window of RUNTIME - 1 seconds: the non-idle CPU time of all CPUs
 # (/proc/stat: user nice system irq softirq steal, USER_HZ ticks) and the
-# I/Os the device completed (/sys/block/<dev>/stat) over it.
+# I/Os the device completed (/sys/block/<dev>/stat) over it (cpu_window).
 #
 # $JOB/bench.csv gets "matrix,<driver>/<rw>/qd<iodepth>/q<queues>/<what>,
 # <round>,<value>" with what = iops (fio's), busy_ticks, ios, window_us;
@@ -189,24 +190,11 @@ matrix_begin() {
 	MATRIX_DRV=$drv
 }
 
-matrix_stat() {
-	# matrix_stat <dev>: MATRIX_BUSY (non-idle ticks, all CPUs), MATRIX_IOS
-	# (completed I/Os of <dev>), MATRIX_US (wall clock in microseconds);
-	# builtins only, so reading them costs next to no CPU time
-	local u n s irq sirq st rd wr
-	read -r _ u n s _ _ irq sirq st _ < /proc/stat
-	read -r rd _ _ _ wr _ < "/sys/block/$1/stat"
-	MATRIX_US=${EPOCHREALTIME//[.,]/}
-	MATRIX_BUSY=$((u + n + s + irq + sirq + st))
-	MATRIX_IOS=$((rd + wr))
-}
-
 matrix_cell() {
 	# matrix_cell <driver> <rw> <iodepth> <queues> <round>: one fio run on
 	# the block's device; sets MATRIX_RES (the progress line's result) and
 	# returns non-zero if it failed
-	local drv=$1 rw=$2 qd=$3 q=$4 r=$5 name key pid rc iops alive
-	local busy0 ios0 us0 start_ios
+	local drv=$1 rw=$2 qd=$3 q=$4 r=$5 name key pid rc iops cpu_ok
 	name=${MATRIX_DEV[$q]}
 	key="$drv/$rw/qd$qd/q$q"
 	timeout -k 10 $((RUNTIME + 60)) fio --name=matrix --filename="/dev/$name" \
@@ -216,20 +204,8 @@ matrix_cell() {
 		--time_based --runtime="$RUNTIME" \
 		--output-format=terse --terse-version=3 > "$MATRIX_FIO_OUT" 2>&1 &
 	pid=$!
-	matrix_stat "$name"
-	start_ios=$MATRIX_IOS
-	# The window starts once the device has completed an I/O of this run.
-	for _ in $(seq 300); do
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.1
-		matrix_stat "$name"
-		[ "$MATRIX_IOS" -gt "$start_ios" ] && break
-	done
-	busy0=$MATRIX_BUSY ios0=$MATRIX_IOS us0=$MATRIX_US
-	kill -0 "$pid" 2>/dev/null && sleep $((RUNTIME - 1))
-	matrix_stat "$name"
-	alive=0
-	kill -0 "$pid" 2>/dev/null && alive=1
+	cpu_window "$name" "$pid" 0 $((RUNTIME - 1))
+	cpu_ok=$?
 	wait "$pid"
 	rc=$?
 	# terse v3: field 8 is the read IOPS, field 49 the write IOPS
@@ -241,11 +217,9 @@ matrix_cell() {
 	fi
 	rec matrix "$key/iops" "$r" "$iops"
 	MATRIX_RES="iops=$iops"
-	if [ "$alive" -eq 1 ] && [ "$MATRIX_IOS" -gt "$ios0" ]; then
-		rec matrix "$key/busy_ticks" "$r" $((MATRIX_BUSY - busy0))
-		rec matrix "$key/ios" "$r" $((MATRIX_IOS - ios0))
-		rec matrix "$key/window_us" "$r" $((MATRIX_US - us0))
-		MATRIX_RES="$MATRIX_RES busy_ticks=$((MATRIX_BUSY - busy0)) ios=$((MATRIX_IOS - ios0)) user_hz=$MATRIX_HZ"
+	if [ "$cpu_ok" -eq 0 ]; then
+		cpu_rec matrix "$key" "$r"
+		MATRIX_RES="$MATRIX_RES busy_ticks=$CPU_WIN_BUSY ios=$CPU_WIN_IOS user_hz=$MATRIX_HZ"
 	else
 		log "matrix: $key round $r: the CPU window did not lie inside the fio run; no CPU time for it"
 	fi
@@ -256,8 +230,7 @@ bench_matrix() {
 	local tok r drv rw qd q k=0 total block="" plan
 	read -r -a plan <<< "$MATRIX_PLAN"
 	total=${#plan[@]}
-	MATRIX_HZ=$(getconf CLK_TCK 2>/dev/null)
-	[[ "$MATRIX_HZ" =~ ^[0-9]+$ ]] || MATRIX_HZ=100
+	MATRIX_HZ=$(cpu_hz)
 	rec matrix clk_tck 0 "$MATRIX_HZ"
 	: > "$MATRIX_FAILURES"
 	grep -q " $CONFIGFS configfs " /proc/mounts || mount -t configfs configfs "$CONFIGFS"

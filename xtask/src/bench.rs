@@ -8,6 +8,7 @@
 //! are in its module.
 
 mod cover;
+mod cpu;
 mod matrix;
 mod matrix_progress;
 mod matrix_report;

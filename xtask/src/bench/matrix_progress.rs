@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
+use super::cpu::cpu_us_per_io;
 use super::matrix::{BlkDriver, Rw};
-use super::matrix_report::cpu_us_per_io;
 use super::samples::kiops;
 use crate::progress::fmt_duration;
 

@@ -4,20 +4,14 @@
 
 use std::collections::BTreeMap;
 
+use super::cpu;
 use super::matrix::{BlkDriver, Cell, Plan, Rw};
-use super::samples::{kiops, Samples};
-use super::stats::{median, spread};
+use super::samples::{by_round, kiops, Samples};
+use super::stats::{round_ratios, Summary};
 use crate::markdown;
 
 /// The section of the guest's samples.
 const SECTION: &str = "matrix";
-
-/// Guest CPU time per I/O in microseconds: `busy_ticks` of 1/`user_hz` s
-/// (USER_HZ, /proc/stat's unit) over `ios` completed I/Os. None if
-/// nothing completed.
-pub fn cpu_us_per_io(busy_ticks: f64, user_hz: f64, ios: f64) -> Option<f64> {
-    (user_hz > 0.0 && ios > 0.0).then(|| busy_ticks * 1e6 / user_hz / ios)
-}
 
 /// A driver that failed in one run (matrix-failures.txt).
 #[derive(Clone, Debug, PartialEq)]
@@ -41,29 +35,6 @@ pub fn parse_failures(text: &str) -> Vec<Failure> {
             })
         })
         .collect()
-}
-
-/// Median, smallest and largest of a cell's per-round values.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Summary {
-    pub median: f64,
-    pub min: f64,
-    pub max: f64,
-    pub n: usize,
-}
-
-impl Summary {
-    pub fn of<'a>(values: impl IntoIterator<Item = &'a f64>) -> Option<Summary> {
-        let mut v: Vec<f64> = values.into_iter().copied().collect();
-        let (min, max) = spread(&v)?;
-        let n = v.len();
-        Some(Summary {
-            median: median(&mut v),
-            min,
-            max,
-            n,
-        })
-    }
 }
 
 /// What one cell measured, by round.
@@ -90,28 +61,14 @@ impl CellStats {
 /// The cells of the plan with what the guest recorded for them, in plan
 /// order.
 pub fn collect(s: &Samples, plan: &Plan, failures: &[Failure]) -> Vec<CellStats> {
-    let m = s.get(SECTION);
-    let rounds = |config: &str| -> BTreeMap<u32, f64> {
-        m.and_then(|m| m.get(config))
-            .map(|r| {
-                r.iter()
-                    .filter_map(|(&round, v)| Some((round, *v.first()?)))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let user_hz = rounds("clk_tck").values().next().copied().unwrap_or(100.0);
+    let rounds = |config: &str| by_round(s, SECTION, config);
+    let user_hz = cpu::user_hz(s, SECTION);
     plan.cells
         .iter()
         .map(|&cell| {
             let key = cell.key();
             let iops = rounds(&format!("{key}/iops"));
-            let ticks = rounds(&format!("{key}/busy_ticks"));
-            let ios = rounds(&format!("{key}/ios"));
-            let cpu_us = ticks
-                .iter()
-                .filter_map(|(r, &t)| Some((*r, cpu_us_per_io(t, user_hz, *ios.get(r)?)?)))
-                .collect();
+            let cpu_us = cpu::per_round(s, SECTION, &key, user_hz);
             let hw_queues = rounds(&format!("hwq/{}/q{}", cell.driver.id(), cell.queues))
                 .values()
                 .next()
@@ -131,13 +88,7 @@ pub fn collect(s: &Samples, plan: &Plan, failures: &[Failure]) -> Vec<CellStats>
 /// both ran), with their smallest and largest.
 fn rust_c_ratio(c: Option<&CellStats>, rust: Option<&CellStats>) -> Option<(f64, f64, f64)> {
     let (c, rust) = (c?, rust?);
-    let ratios: Vec<f64> = c
-        .iops
-        .iter()
-        .filter(|(_, &v)| v > 0.0)
-        .filter_map(|(r, &cv)| Some(rust.iops.get(r)? / cv))
-        .collect();
-    let s = Summary::of(&ratios)?;
+    let s = Summary::of(&round_ratios(&c.iops, &rust.iops))?;
     Some((s.median, s.min, s.max))
 }
 
@@ -206,7 +157,7 @@ fn iops_text(s: Option<&CellStats>, rounds: u32) -> String {
 
 fn cpu_text(s: Option<&CellStats>) -> String {
     match s.and_then(|s| s.cpu_summary()) {
-        Some(v) => format!("{:.1}", v.median),
+        Some(v) => cpu::us(v.median),
         None => missing(s).to_string(),
     }
 }
@@ -250,10 +201,8 @@ pub fn markdown(
          ratios of the two ublk drivers (smallest-largest)."
             .to_string(),
         format!(
-            "CPU per I/O: non-idle guest CPU time (user+nice+system+irq+softirq+steal of /proc/stat, all \
-             vCPUs) over the last {} s of each run, divided by the I/Os the device completed in that time \
-             (/sys/block/*/stat); median over the rounds.",
-            runtime - 1
+            "CPU per I/O: {}; median over the rounds.",
+            cpu::method(&format!("the last {} s of each run", runtime - 1))
         ),
     ];
     for l in lines {
@@ -420,13 +369,6 @@ mod tests {
 
     fn stats(failures: &[Failure]) -> Vec<CellStats> {
         collect(&parse_csv(SAMPLES), &plan(), failures)
-    }
-
-    #[test]
-    fn cpu_time() {
-        assert_eq!(cpu_us_per_io(300.0, 100.0, 40000.0), Some(75.0));
-        assert_eq!(cpu_us_per_io(300.0, 100.0, 0.0), None);
-        assert_eq!(cpu_us_per_io(300.0, 0.0, 10.0), None);
     }
 
     #[test]

@@ -10,7 +10,8 @@ use plotters::prelude::*;
 use std::ops::Range;
 
 use super::matrix::{BlkDriver, Plan, Rw};
-use super::matrix_report::{CellStats, Summary};
+use super::matrix_report::CellStats;
+use super::stats::Summary;
 
 const WIDTH: u32 = 1600;
 const HEIGHT: u32 = 900;

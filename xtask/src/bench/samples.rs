@@ -42,6 +42,18 @@ pub fn first(s: &Samples, section: &str, config: &str, round: u32) -> Option<f64
     s.get(section)?.get(config)?.get(&round)?.first().copied()
 }
 
+/// The first value of `section`/`config` of each round.
+pub fn by_round(s: &Samples, section: &str, config: &str) -> BTreeMap<u32, f64> {
+    s.get(section)
+        .and_then(|m| m.get(config))
+        .map(|r| {
+            r.iter()
+                .filter_map(|(&round, v)| Some((round, *v.first()?)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// IOPS in thousands: `17.9K`.
 pub fn kiops(v: f64) -> String {
     format!("{:.1}K", v / 1000.0)
@@ -56,6 +68,13 @@ mod tests {
         let s = parse_csv("ratio,qd16/c,2,51000\nbad line\nratio,qd16/c,x,1\n");
         assert_eq!(first(&s, "ratio", "qd16/c", 2), Some(51000.0));
         assert_eq!(first(&s, "ratio", "qd16/c", 1), None);
+        let s = parse_csv("ratio,qd1/c,2,7\nratio,qd1/c,1,5\nratio,qd1/c,1,6\n");
+        assert_eq!(
+            by_round(&s, "ratio", "qd1/c"),
+            BTreeMap::from([(1, 5.0), (2, 7.0)])
+        );
+        assert!(by_round(&s, "ratio", "qd16/c").is_empty());
+        assert!(by_round(&s, "matrix", "qd1/c").is_empty());
         assert_eq!(kiops(17890.0), "17.9K");
     }
 }

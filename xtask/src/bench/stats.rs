@@ -1,4 +1,7 @@
-//! Order statistics of the benchmark samples.
+//! Statistics of the benchmark samples: order statistics, the summary of
+//! a cell's per-round values and the per-round ratios of two cells.
+
+use std::collections::BTreeMap;
 
 /// The median (mean of the middle two for an even count); NaN if empty.
 pub fn median(v: &mut [f64]) -> f64 {
@@ -30,6 +33,38 @@ pub fn spread(v: &[f64]) -> Option<(f64, f64)> {
     Some((min, max))
 }
 
+/// Median, smallest and largest of a cell's per-round values.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Summary {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    pub n: usize,
+}
+
+impl Summary {
+    pub fn of<'a>(values: impl IntoIterator<Item = &'a f64>) -> Option<Summary> {
+        let mut v: Vec<f64> = values.into_iter().copied().collect();
+        let (min, max) = spread(&v)?;
+        let n = v.len();
+        Some(Summary {
+            median: median(&mut v),
+            min,
+            max,
+            n,
+        })
+    }
+}
+
+/// The per-round ratios `other / base`, over the rounds both have and
+/// `base` is positive, in round order.
+pub fn round_ratios(base: &BTreeMap<u32, f64>, other: &BTreeMap<u32, f64>) -> Vec<f64> {
+    base.iter()
+        .filter(|(_, &b)| b > 0.0)
+        .filter_map(|(r, &b)| Some(other.get(r)? / b))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -44,5 +79,28 @@ mod tests {
         assert_eq!(percentile(&mut v, 99.0), 99.0);
         assert_eq!(spread(&[1.1, 0.9, 1.0]), Some((0.9, 1.1)));
         assert_eq!(spread(&[]), None);
+    }
+
+    #[test]
+    fn summaries() {
+        assert_eq!(
+            Summary::of(&[3.0, 1.0, 2.0, 10.0]),
+            Some(Summary {
+                median: 2.5,
+                min: 1.0,
+                max: 10.0,
+                n: 4
+            })
+        );
+        assert_eq!(Summary::of(&[]), None);
+    }
+
+    #[test]
+    fn ratios_of_rounds() {
+        let c = BTreeMap::from([(1, 100.0), (2, 200.0), (3, 0.0), (4, 50.0)]);
+        let rust = BTreeMap::from([(1, 90.0), (2, 250.0), (3, 10.0), (5, 1.0)]);
+        // round 3: C is 0; rounds 4 and 5: one side only
+        assert_eq!(round_ratios(&c, &rust), [0.9, 1.25]);
+        assert!(round_ratios(&rust, &BTreeMap::new()).is_empty());
     }
 }
