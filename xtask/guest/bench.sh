@@ -20,9 +20,16 @@
 #            module (default mq-deadline) vs the patched one (default none)
 #  ratio:    (`bench rust-vs-c`, booted with no driver loaded) fio 4k randread
 #            IOPS on a null device, the C driver vs the Rust driver, for
-#            each iodepth of IODEPTHS in turn: each round loads ublk_drv,
-#            adds the device, runs fio, deletes it and unloads the module,
-#            then the same with rust_ublk; config "qd<iodepth>/<c|rust>".
+#            each data mode of MODES and iodepth of IODEPTHS in turn: each
+#            round loads ublk_drv, adds the device, runs fio, deletes it
+#            and unloads the module, then the same with rust_ublk; config
+#            "qd<iodepth>/<c|rust>" ("<mode>/qd<iodepth>/<c|rust>" for a
+#            mode other than copy). Also the guest CPU time per I/O of each
+#            run, as bench matrix measures it (bench_cpu.sh: a window of
+#            RUNTIME - 1 seconds, from 1 s (fio's ramp) after the device's
+#            first I/O of the run):
+#            configs "<config>/busy_ticks", "<config>/ios",
+#            "<config>/window_us" and "clk_tck" (round 0).
 #            After each round a progress line "bench: [k/N] ..." (k rounds
 #            of N done). A driver that fails is recorded in
 #            $JOB/bench-failures.txt ("driver|iodepth|round|reason"), not
@@ -177,6 +184,7 @@ bench_start() {
 }
 
 FAILURES="$JOB/bench-failures.txt"
+RATIO_FIO_OUT=/tmp/ratio-fio.txt
 
 ratio_fail() {
 	# ratio_fail <driver> <iodepth> <round> <reason>
@@ -189,9 +197,11 @@ ratio_fail() {
 ratio_one() {
 	# ratio_one <c|rust> <iodepth> <round> <mode>: one measurement, the
 	# module loaded and unloaded around it; sets RATIO_IOPS (empty if none)
-	# and returns non-zero if the driver failed. Failures of a mode other
-	# than copy say which ("mode: reason"), and so does the sample's key.
-	local drv=$1 qd=$2 r=$3 mode=$4 mod=ublk_drv id out rc iops ok=0
+	# and RATIO_CPU (CPU time per I/O in microseconds, empty if not
+	# measured) and returns non-zero if the driver failed. Failures of a
+	# mode other than copy say which ("mode: reason"), and so does the
+	# sample's key.
+	local drv=$1 qd=$2 r=$3 mode=$4 mod=ublk_drv id out rc iops ok=0 pid cpu_ok
 	local key="qd$qd/$drv" opts=()
 	[ "$drv" = rust ] && mod=rust_ublk
 	case "$mode" in
@@ -206,7 +216,7 @@ ratio_one() {
 		;;
 	esac
 	[ "$mode" != copy ] && key="$mode/$key"
-	RATIO_IOPS=
+	RATIO_IOPS='' RATIO_CPU=''
 	if ! load_driver "$drv" >&2; then
 		ratio_fail "$drv" "$qd" "$r" "$mode: loading $mod failed"
 		return 1
@@ -223,11 +233,18 @@ ratio_one() {
 	else
 		pin_server "$id"
 		udevadm settle --timeout=30 >/dev/null 2>&1
-		out=$(timeout -k 10 $((RUNTIME + 60)) taskset -c 0 fio --ioengine=io_uring \
+		timeout -k 10 $((RUNTIME + 60)) taskset -c 0 fio --ioengine=io_uring \
 			--direct=1 --bs=4k --rw=randread --iodepth="$qd" --time_based \
 			--runtime="$RUNTIME" --ramp_time=1 --name=ratio \
-			--filename="/dev/ublkb$id" --output-format=terse --terse-version=3 2>&1)
+			--filename="/dev/ublkb$id" --output-format=terse --terse-version=3 \
+			> "$RATIO_FIO_OUT" 2>&1 &
+		pid=$!
+		# After fio's 1 s ramp, RUNTIME - 1 seconds of its run.
+		cpu_window "ublkb$id" "$pid" 1 $((RUNTIME - 1))
+		cpu_ok=$?
+		wait "$pid"
 		rc=$?
+		out=$(cat "$RATIO_FIO_OUT")
 		iops=$(echo "$out" | awk -F';' 'NF > 8 { print $8; exit }')
 		if [ "$rc" -ne 0 ] || ! [[ "$iops" =~ ^[0-9]+(\.[0-9]*)?$ ]] || [ "${iops%.*}" -eq 0 ]; then
 			ratio_fail "$drv" "$qd" "$r" "$mode: fio 4k randread iodepth $qd on /dev/ublkb$id failed (exit $rc, IOPS '${iops}'): $(echo "$out" | grep -m1 -i err | cut -c1-120)"
@@ -235,6 +252,12 @@ ratio_one() {
 		else
 			rec ratio "$key" "$r" "$iops"
 			RATIO_IOPS=$iops
+			if [ "$cpu_ok" -eq 0 ]; then
+				cpu_rec ratio "$key" "$r"
+				RATIO_CPU=$(cpu_us_per_io "$CPU_WIN_BUSY" "$RATIO_HZ" "$CPU_WIN_IOS")
+			else
+				log "$drv driver, $mode mode, iodepth $qd, round $r: the CPU window did not lie inside the fio run; no CPU time for it"
+			fi
 		fi
 	fi
 	pkill -9 -x kublk 2>/dev/null
@@ -253,6 +276,8 @@ bench_ratio() {
 	local mode qd r drv failed="" k=0 total res
 	local -A got
 	total=$(( $(echo "${MODES:-copy}" | wc -w) * $(echo "$IODEPTHS" | wc -w) * ROUNDS ))
+	RATIO_HZ=$(cpu_hz)
+	rec ratio clk_tck 0 "$RATIO_HZ"
 	for mode in ${MODES:-copy}; do
 	for qd in $IODEPTHS; do
 		for r in $(seq "$ROUNDS"); do
@@ -265,6 +290,7 @@ bench_ratio() {
 				esac
 				if ratio_one "$drv" "$qd" "$r" "$mode"; then
 					got[$drv]="$RATIO_IOPS IOPS"
+					[ -n "$RATIO_CPU" ] && got[$drv]="${got[$drv]} ($RATIO_CPU us CPU per I/O)"
 				else
 					got[$drv]=failed
 					failed="$failed $drv"

@@ -1,8 +1,10 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 #
-# Guest CPU time per I/O, for bench_matrix.sh (`cargo xtask bench
-# matrix`); sourced by bench.sh (copied beside it), uses its rec.
+# Guest CPU time per I/O, measured the same way for bench.sh's "ratio"
+# section (`cargo xtask bench rust-vs-c`) and bench_matrix.sh (`cargo
+# xtask bench matrix`); sourced by bench.sh (copied beside it), uses its
+# rec.
 #
 # While a fio run goes on in the background: once the device has completed
 # an I/O of this run, and after an optional delay (fio's ramp), a window of
@@ -75,4 +77,10 @@ cpu_rec() {
 	rec "$1" "$2/busy_ticks" "$3" "$CPU_WIN_BUSY"
 	rec "$1" "$2/ios" "$3" "$CPU_WIN_IOS"
 	rec "$1" "$2/window_us" "$3" "$CPU_WIN_US"
+}
+
+cpu_us_per_io() {
+	# cpu_us_per_io <ticks> <USER_HZ> <I/Os>: microseconds, one decimal
+	awk -v t="$1" -v hz="$2" -v n="$3" \
+		'BEGIN { if (hz > 0 && n > 0) printf "%.1f", t * 1e6 / hz / n }'
 }

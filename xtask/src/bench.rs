@@ -1,7 +1,7 @@
 //! `cargo xtask bench`: numbers from one benchmark boot, never a timed
 //! assertion. `bench cover`: the measurements of the C series' cover
-//! letter (`cover`); `bench rust-vs-c`: the Rust driver's IOPS against the
-//! C driver's (`ratio`); `bench matrix`: both ublk drivers and the
+//! letter (`cover`); `bench rust-vs-c`: the Rust driver's IOPS and guest CPU
+//! time per I/O against the C driver's (`ratio`); `bench matrix`: both ublk drivers and the
 //! in-kernel null drivers over rw, iodepth and queue count (`matrix_run`);
 //! `bench report`: `cover`'s tables from an earlier run's samples. This
 //! file holds the subcommands and the boot they share; each run's options
@@ -18,6 +18,7 @@ mod outdir;
 mod plan;
 mod plot;
 mod ratio;
+mod ratio_report;
 mod samples;
 mod stats;
 
@@ -62,8 +63,9 @@ pub enum BenchCmd {
     /// What the C series' cover letter claims: scheduler default,
     /// rq_affinity, START_DEV time (markdown tables).
     Cover(cover::CoverOpts),
-    /// The Rust driver's IOPS against the C driver's: fio 4k randread on
-    /// kublk's null target at each --iodepth, alternating in one boot.
+    /// The Rust driver's IOPS and guest CPU time per I/O against the C
+    /// driver's: fio 4k randread on kublk's null target in each --modes
+    /// data mode at each --iodepth, alternating in one boot.
     RustVsC(ratio::RatioOpts),
     /// The driver matrix: C ublk, Rust ublk, null_blk and rnull; fio 4k
     /// randread and randwrite at each --iodepth and each --queues, every

@@ -1,5 +1,5 @@
-//! Guest CPU time per I/O, as `bench matrix` measures it
-//! (guest/bench_cpu.sh): the non-idle ticks of /proc/stat over a window
+//! Guest CPU time per I/O, as `bench matrix` and `bench rust-vs-c` measure
+//! it (guest/bench_cpu.sh): the non-idle ticks of /proc/stat over a window
 //! of a fio run divided by the I/Os the device completed in it. Here: the
 //! value of each round from the samples, and how the reports describe it.
 

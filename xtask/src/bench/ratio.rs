@@ -1,17 +1,16 @@
-//! `bench rust-vs-c`: the Rust driver's IOPS against the C driver's, fio 4k
-//! randread on kublk's null target at each iodepth of the plan, C and Rust
-//! alternating round by round in one boot. Prints per iodepth each round's
-//! IOPS, the median Rust/C ratio and the spread of the per-round ratios,
-//! then a summary over the iodepths.
+//! `bench rust-vs-c`: the Rust driver's IOPS and guest CPU time per I/O
+//! against the C driver's, fio 4k randread on kublk's null target in each
+//! data mode and at each iodepth of the plan, C and Rust alternating round
+//! by round in one boot. Prints (and writes into the job directory) the
+//! report of `ratio_report`.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 use super::mode::DataMode;
 use super::plan::{self, Plan};
-use super::samples::{first, kiops, Samples};
-use super::stats::{median, spread};
+use super::ratio_report;
 use super::Env;
-use crate::markdown;
+use crate::guest;
 use crate::pipeline::KernelOpts;
 use crate::progress::{detail, fmt_duration, phase};
 
@@ -30,6 +29,9 @@ pub struct RatioOpts {
     #[arg(long, value_enum, value_delimiter = ',', default_value = "copy")]
     pub modes: Vec<DataMode>,
 }
+
+/// The report's file in the job directory.
+const REPORT: &str = "rust-vs-c.md";
 
 pub fn run(env: &Env, opts: &RatioOpts) -> Result<()> {
     let plan = Plan::new(&opts.iodepth, opts.repeat.rounds, opts.repeat.runtime)?;
@@ -62,23 +64,14 @@ pub fn run(env: &Env, opts: &RatioOpts) -> Result<()> {
     let failures = parse_failures(
         &std::fs::read_to_string(job.dir.join("bench-failures.txt")).unwrap_or_default(),
     );
-    println!(
-        "Measured with `cargo xtask bench rust-vs-c` in one boot: QEMU {}, 2 vCPUs; kublk null target, 1 queue, depth 128, data mode {}; fio 4k randread, io_uring, direct, {}s per run; C and Rust driver alternating, each loaded only for its run.",
-        env.accel, modes.join(", "), plan.runtime
-    );
-    for &mode in &plan.modes {
-        for &qd in &plan.iodepths {
-            println!();
-            print!(
-                "{}",
-                iodepth_table(&samples, &failures, mode, qd, plan.rounds)
-            );
-        }
-    }
-    println!();
-    print!("{}", summary(&samples, &plan));
+    let machine = format!("QEMU {}, {} vCPUs", env.accel, guest::CPUS);
+    let report = ratio_report::markdown(&samples, &failures, &plan, &machine);
+    print!("{report}");
+    let written = job.dir.join(REPORT);
+    std::fs::write(&written, &report).with_context(|| format!("writing {}", written.display()))?;
     println!();
     println!("raw samples: {}", job.dir.join("bench.csv").display());
+    println!("this report: {}", written.display());
     if !failures.is_empty() {
         for f in &failures {
             eprintln!(
@@ -112,7 +105,7 @@ pub struct Failure {
 
 /// The data mode of a failure: bench.sh starts the reason with `mode: `
 /// (copy mode when it does not, as before modes were measured).
-fn failure_mode(f: &Failure) -> DataMode {
+pub fn failure_mode(f: &Failure) -> DataMode {
     [
         DataMode::UserCopy,
         DataMode::ZeroCopy,
@@ -136,249 +129,4 @@ pub fn parse_failures(text: &str) -> Vec<Failure> {
             })
         })
         .collect()
-}
-
-/// What one iodepth measured: IOPS per round of each driver and the
-/// per-round ratios (rounds where both drivers have a result).
-struct Depth {
-    c: Vec<f64>,
-    rust: Vec<f64>,
-    ratios: Vec<f64>,
-}
-
-fn depth(s: &Samples, mode: DataMode, qd: u32, rounds: u32) -> Depth {
-    let iops = |drv: &str, r: u32| first(s, "ratio", &mode.sample_key(qd, drv), r);
-    let mut d = Depth {
-        c: Vec::new(),
-        rust: Vec::new(),
-        ratios: Vec::new(),
-    };
-    for r in 1..=rounds {
-        let (c, rust) = (iops("c", r), iops("rust", r));
-        d.c.extend(c);
-        d.rust.extend(rust);
-        if let (Some(c), Some(rust)) = (c, rust) {
-            if c > 0.0 {
-                d.ratios.push(rust / c);
-            }
-        }
-    }
-    d
-}
-
-fn x(v: f64) -> String {
-    format!("{v:.2}x")
-}
-
-fn median_or_dash(v: &[f64], f: fn(f64) -> String) -> String {
-    if v.is_empty() {
-        "-".to_string()
-    } else {
-        f(median(&mut v.to_vec()))
-    }
-}
-
-fn spread_or_dash(v: &[f64]) -> String {
-    spread(v).map_or("-".to_string(), |(lo, hi)| format!("{}-{}", x(lo), x(hi)))
-}
-
-/// One data mode at one iodepth: IOPS per round, the medians, the median
-/// of the per-round Rust/C ratios and their spread (smallest to largest).
-pub fn iodepth_table(
-    s: &Samples,
-    failures: &[Failure],
-    mode: DataMode,
-    qd: u32,
-    rounds: u32,
-) -> String {
-    let iops = |drv: &str, r: u32| first(s, "ratio", &mode.sample_key(qd, drv), r);
-    let cell = |drv: &str, r: u32| match iops(drv, r) {
-        Some(v) => kiops(v),
-        None => match failures.iter().find(|f| f.driver == drv) {
-            Some(f) if f.iodepth == qd && f.round == r && failure_mode(f) == mode => {
-                "failed".to_string()
-            }
-            Some(_) => "not run (failed earlier)".to_string(),
-            None => "no result".to_string(),
-        },
-    };
-    let what = match mode {
-        DataMode::Copy => String::new(),
-        m => format!(", {}", m.id()),
-    };
-    let mut out = markdown::header(&[
-        &format!("fio 4k randread, iodepth {qd}, null target{what}"),
-        "C (ublk_drv)",
-        "Rust (rust_ublk)",
-        "Rust/C",
-    ]);
-    for r in 1..=rounds {
-        let ratio = match (iops("c", r), iops("rust", r)) {
-            (Some(c), Some(rust)) if c > 0.0 => x(rust / c),
-            _ => "-".to_string(),
-        };
-        out += &markdown::row(&[format!("round {r}"), cell("c", r), cell("rust", r), ratio]);
-    }
-    let d = depth(s, mode, qd, rounds);
-    out += &markdown::row(&[
-        format!(
-            "median ({} C, {} Rust, {} ratios)",
-            d.c.len(),
-            d.rust.len(),
-            d.ratios.len()
-        ),
-        median_or_dash(&d.c, kiops),
-        median_or_dash(&d.rust, kiops),
-        median_or_dash(&d.ratios, x),
-    ]);
-    out += &markdown::row(&[
-        "spread of the per-round ratios",
-        "",
-        "",
-        &spread_or_dash(&d.ratios),
-    ]);
-    out
-}
-
-/// One line per data mode and iodepth: median IOPS of each driver, the
-/// median ratio and its spread.
-pub fn summary(s: &Samples, plan: &Plan) -> String {
-    let mut out = markdown::header(&[
-        "data mode",
-        "iodepth",
-        "C median",
-        "Rust median",
-        "Rust/C median",
-        "Rust/C spread",
-        "rounds with both",
-    ]);
-    for &mode in &plan.modes {
-        for &qd in &plan.iodepths {
-            let d = depth(s, mode, qd, plan.rounds);
-            out += &markdown::row(&[
-                mode.id().to_string(),
-                qd.to_string(),
-                median_or_dash(&d.c, kiops),
-                median_or_dash(&d.rust, kiops),
-                median_or_dash(&d.ratios, x),
-                spread_or_dash(&d.ratios),
-                format!("{} of {}", d.ratios.len(), plan.rounds),
-            ]);
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::samples::parse_csv;
-    use super::*;
-
-    const CSV: &str = "ratio,qd16/c,1,50000\nratio,qd16/rust,1,40000\n\
-                       ratio,qd16/c,2,52000\nratio,qd16/rust,2,39000\n\
-                       ratio,qd16/c,3,51000\nratio,qd16/rust,3,41000\n\
-                       ratio,qd1/c,1,10000\nratio,qd1/rust,1,12000\n\
-                       ratio,qd1/c,2,10000\nratio,qd1/rust,2,9000\n\
-                       ratio,qd1/c,3,10000\nratio,qd1/rust,3,10000\n";
-
-    #[test]
-    fn per_iodepth() {
-        let t = iodepth_table(&parse_csv(CSV), &[], DataMode::Copy, 16, 3);
-        assert!(
-            t.contains("| fio 4k randread, iodepth 16, null target |"),
-            "{t}"
-        );
-        assert!(t.contains("| round 1 | 50.0K | 40.0K | 0.80x |"), "{t}");
-        assert!(
-            t.contains("| median (3 C, 3 Rust, 3 ratios) | 51.0K | 40.0K | 0.80x |"),
-            "{t}"
-        );
-        assert!(
-            t.contains("| spread of the per-round ratios | | | 0.75x-0.80x |"),
-            "{t}"
-        );
-        let t = iodepth_table(&parse_csv(CSV), &[], DataMode::Copy, 1, 3);
-        assert!(
-            t.contains("| median (3 C, 3 Rust, 3 ratios) | 10.0K | 10.0K | 1.00x |"),
-            "{t}"
-        );
-        assert!(t.contains("| 0.90x-1.20x |"), "{t}");
-    }
-
-    #[test]
-    fn summary_over_iodepths() {
-        let plan = Plan::new(&[1, 16, 128], 3, 10).unwrap();
-        let t = summary(&parse_csv(CSV), &plan);
-        assert!(
-            t.contains("| copy | 1 | 10.0K | 10.0K | 1.00x | 0.90x-1.20x | 3 of 3 |"),
-            "{t}"
-        );
-        assert!(
-            t.contains("| copy | 16 | 51.0K | 40.0K | 0.80x | 0.75x-0.80x | 3 of 3 |"),
-            "{t}"
-        );
-        assert!(t.contains("| copy | 128 | - | - | - | - | 0 of 3 |"), "{t}");
-    }
-
-    #[test]
-    fn with_a_failed_driver() {
-        let csv = "ratio,qd1/c,1,50000\nratio,qd1/rust,1,40000\nratio,qd1/c,2,52000\nratio,qd16/c,1,51000\n";
-        let failures = parse_failures("rust|1|2|kublk add -t null failed (see the console)\n");
-        assert_eq!(
-            failures,
-            [Failure {
-                driver: "rust".into(),
-                iodepth: 1,
-                round: 2,
-                reason: "kublk add -t null failed (see the console)".into(),
-            }]
-        );
-        let s = parse_csv(csv);
-        let t = iodepth_table(&s, &failures, DataMode::Copy, 1, 2);
-        assert!(t.contains("| round 1 | 50.0K | 40.0K | 0.80x |"), "{t}");
-        assert!(t.contains("| round 2 | 52.0K | failed | - |"), "{t}");
-        assert!(
-            t.contains("| median (2 C, 1 Rust, 1 ratios) | 51.0K | 40.0K | 0.80x |"),
-            "{t}"
-        );
-        let t = iodepth_table(&s, &failures, DataMode::Copy, 16, 1);
-        assert!(
-            t.contains("| round 1 | 51.0K | not run (failed earlier) | - |"),
-            "{t}"
-        );
-        assert!(
-            t.contains("| spread of the per-round ratios | | | - |"),
-            "{t}"
-        );
-        assert!(parse_failures("rust|x|1|why\nrust|1|why\n").is_empty());
-    }
-
-    #[test]
-    fn per_data_mode() {
-        let csv = "ratio,zero_copy/qd16/c,1,30000\nratio,zero_copy/qd16/rust,1,27000\nratio,qd16/c,1,50000\n";
-        let failures = parse_failures("rust|16|1|zero_copy: fio failed\n");
-        let s = parse_csv(csv);
-        let t = iodepth_table(&s, &failures, DataMode::ZeroCopy, 16, 1);
-        assert!(
-            t.contains("| fio 4k randread, iodepth 16, null target, zero_copy |"),
-            "{t}"
-        );
-        assert!(t.contains("| round 1 | 30.0K | 27.0K | 0.90x |"), "{t}");
-        // The failure was in zero-copy mode: copy mode's Rust run did not
-        // happen after it.
-        let t = iodepth_table(&s, &failures, DataMode::Copy, 16, 1);
-        assert!(
-            t.contains("| round 1 | 50.0K | not run (failed earlier) | - |"),
-            "{t}"
-        );
-        let plan = Plan::new(&[16], 1, 10)
-            .unwrap()
-            .with_modes(&[DataMode::Copy, DataMode::ZeroCopy])
-            .unwrap();
-        let t = summary(&s, &plan);
-        assert!(
-            t.contains("| zero_copy | 16 | 30.0K | 27.0K | 0.90x |"),
-            "{t}"
-        );
-    }
 }

@@ -37,11 +37,6 @@ pub fn failure_lines(text: &str) -> impl Iterator<Item = [&str; 4]> {
     })
 }
 
-/// The first value of `section`/`config` in `round`.
-pub fn first(s: &Samples, section: &str, config: &str, round: u32) -> Option<f64> {
-    s.get(section)?.get(config)?.get(&round)?.first().copied()
-}
-
 /// The first value of `section`/`config` of each round.
 pub fn by_round(s: &Samples, section: &str, config: &str) -> BTreeMap<u32, f64> {
     s.get(section)
@@ -66,8 +61,10 @@ mod tests {
     #[test]
     fn csv() {
         let s = parse_csv("ratio,qd16/c,2,51000\nbad line\nratio,qd16/c,x,1\n");
-        assert_eq!(first(&s, "ratio", "qd16/c", 2), Some(51000.0));
-        assert_eq!(first(&s, "ratio", "qd16/c", 1), None);
+        assert_eq!(
+            by_round(&s, "ratio", "qd16/c"),
+            BTreeMap::from([(2, 51000.0)])
+        );
         let s = parse_csv("ratio,qd1/c,2,7\nratio,qd1/c,1,5\nratio,qd1/c,1,6\n");
         assert_eq!(
             by_round(&s, "ratio", "qd1/c"),

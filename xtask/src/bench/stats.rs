@@ -1,5 +1,6 @@
 //! Statistics of the benchmark samples: order statistics, the summary of
-//! a cell's per-round values and the per-round ratios of two cells.
+//! a cell's per-round values, per-round ratios of two cells and the summary
+//! of such ratios over cells.
 
 use std::collections::BTreeMap;
 
@@ -65,6 +66,43 @@ pub fn round_ratios(base: &BTreeMap<u32, f64>, other: &BTreeMap<u32, f64>) -> Ve
         .collect()
 }
 
+/// A ratio as the tables write it, rounded to two decimals: `1.00x`.
+pub fn times(v: f64) -> String {
+    format!("{v:.2}x")
+}
+
+/// Cells' ratios (each the median of a cell's per-round ratios) over the
+/// cells: their median, and how many are at most and at least 1.00x as
+/// [`times`] writes them (1.004 counts as 1.00x).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OverCells {
+    pub median: f64,
+    pub at_most_one: usize,
+    pub at_least_one: usize,
+    pub n: usize,
+}
+
+impl OverCells {
+    pub fn of(cell_ratios: &[f64]) -> Option<OverCells> {
+        if cell_ratios.is_empty() {
+            return None;
+        }
+        let hundredths = |v: f64| (v * 100.0).round();
+        Some(OverCells {
+            median: median(&mut cell_ratios.to_vec()),
+            at_most_one: cell_ratios
+                .iter()
+                .filter(|&&v| hundredths(v) <= 100.0)
+                .count(),
+            at_least_one: cell_ratios
+                .iter()
+                .filter(|&&v| hundredths(v) >= 100.0)
+                .count(),
+            n: cell_ratios.len(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,5 +140,17 @@ mod tests {
         // round 3: C is 0; rounds 4 and 5: one side only
         assert_eq!(round_ratios(&c, &rust), [0.9, 1.25]);
         assert!(round_ratios(&rust, &BTreeMap::new()).is_empty());
+        assert_eq!(times(0.996), "1.00x");
+    }
+
+    #[test]
+    fn over_cells() {
+        let o = OverCells::of(&[1.2, 0.9, 1.004, 0.996, 1.1]).unwrap();
+        assert_eq!(o.median, 1.004);
+        assert_eq!((o.at_most_one, o.at_least_one, o.n), (3, 4, 5));
+        let o = OverCells::of(&[0.8, 1.3]).unwrap();
+        assert!((o.median - 1.05).abs() < 1e-9);
+        assert_eq!((o.at_most_one, o.at_least_one), (1, 1));
+        assert_eq!(OverCells::of(&[]), None);
     }
 }
