@@ -38,6 +38,10 @@
 #            null_blk and rnull over rw x iodepth x queues, fio IOPS and
 #            guest CPU time per I/O; in bench_matrix.sh (copied beside this
 #            file), which describes its plan, samples and progress lines.
+#  rqa:      (`bench affinity`) a ublk server whose CPU is the bottleneck,
+#            with and without UBLK_F_SUPPORT_RQ_AFFINITY, over rq_affinity,
+#            iodepth and the server's CPU cost per I/O; in bench_affinity.sh
+#            (copied beside this file), which describes it.
 #
 # SECTIONS (job.env) lists the sections to run.
 
@@ -306,6 +310,8 @@ bench_ratio() {
 
 # shellcheck source=/dev/null
 . "$JOB/bench_matrix.sh"
+# shellcheck source=/dev/null
+. "$JOB/bench_affinity.sh"
 
 log "sections: $SECTIONS; rounds=$ROUNDS runtime=${RUNTIME}s modes '${MODES:-copy}' iodepths '$IODEPTHS' ndev=$NDEV flag option '$FLAG_OPT'"
 for section in $SECTIONS; do

@@ -3,10 +3,16 @@
 //! letter (`cover`); `bench rust-vs-c`: the Rust driver's IOPS and guest CPU
 //! time per I/O against the C driver's (`ratio`); `bench matrix`: both ublk drivers and the
 //! in-kernel null drivers over rw, iodepth and queue count (`matrix_run`);
+//! `bench affinity`: UBLK_F_SUPPORT_RQ_AFFINITY with a CPU-bound ublk
+//! server (`affinity_run`);
 //! `bench report`: `cover`'s tables from an earlier run's samples. This
 //! file holds the subcommands and the boot they share; each run's options
 //! are in its module.
 
+mod affinity;
+mod affinity_plot;
+mod affinity_report;
+mod affinity_run;
 mod cover;
 mod cpu;
 mod matrix;
@@ -72,6 +78,13 @@ pub enum BenchCmd {
     /// cell once per round, in one boot. Writes a markdown report, a CSV
     /// and an SVG plot under target/bench/.
     Matrix(matrix_run::MatrixOpts),
+    /// UBLK_F_SUPPORT_RQ_AFFINITY's benefit and cost: a ublk server whose
+    /// CPU is the bottleneck (kublk null --busy_ns, pinned to the last
+    /// CPU, fio on the others), flag off and on over rq_affinity and
+    /// iodepth, and a sweep of the server's CPU cost per I/O for the
+    /// crossover, in one boot. Writes a markdown report, a CSV and an SVG
+    /// plot under target/bench/.
+    Affinity(affinity::AffinityOpts),
     /// No boot: print `cover`'s tables from the samples (bench.csv) of an
     /// earlier run, e.g. one that a kernel splat cut short.
     Report {
@@ -101,12 +114,14 @@ pub fn run(opts: &BenchOpts) -> Result<()> {
         BenchCmd::Cover(o) => &o.kernel,
         BenchCmd::RustVsC(o) => &o.kernel,
         BenchCmd::Matrix(o) => &o.kernel,
+        BenchCmd::Affinity(o) => &o.kernel,
     };
     let env = Env::new(kernel)?;
     match &opts.run {
         BenchCmd::Cover(o) => cover::run(&env, o),
         BenchCmd::RustVsC(o) => ratio::run(&env, o),
         BenchCmd::Matrix(o) => matrix_run::run(&env, o),
+        BenchCmd::Affinity(o) => affinity_run::run(&env, o),
         BenchCmd::Report { .. } => unreachable!("handled above"),
     }
 }
@@ -155,6 +170,18 @@ pub fn boot(
     driver: Driver,
     vars: Vec<(String, String)>,
     total: Duration,
+    on_line: impl FnMut(&str),
+) -> Result<Job> {
+    boot_sized(env, driver, vars, total, guest::Size::default(), on_line)
+}
+
+/// [`boot`] with a guest of `size`.
+pub fn boot_sized(
+    env: &Env,
+    driver: Driver,
+    vars: Vec<(String, String)>,
+    total: Duration,
+    size: guest::Size,
     mut on_line: impl FnMut(&str),
 ) -> Result<Job> {
     let job = job::create(
@@ -169,7 +196,7 @@ pub fn boot(
         kernel: &env.kernel,
         job: &job,
         accel: &env.accel,
-        size: guest::Size::default(),
+        size,
     };
     // Every guest step has its own timeout; this only bounds a wedged guest.
     let limits = Limits { total, stall: None };

@@ -1,6 +1,6 @@
-//! Where a `bench matrix` run leaves its report: a new directory
-//! `matrix-<UTC time>` under the results directory, and the symlink
-//! `matrix-latest` beside it pointing at the newest.
+//! Where a `bench matrix` (or `bench affinity`) run leaves its report: a
+//! new directory `matrix-<UTC time>` under the results directory, and the
+//! symlink `matrix-latest` beside it pointing at the newest.
 
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
@@ -38,12 +38,17 @@ pub fn utc(secs: u64) -> (String, String) {
 
 /// Creates `base/matrix-<stamp>` (with a suffix if it exists).
 pub fn create(base: &Path, stamp: &str) -> Result<PathBuf> {
+    create_named(base, "matrix", stamp)
+}
+
+/// Creates `base/<name>-<stamp>` (with a suffix if it exists).
+pub fn create_named(base: &Path, name: &str, stamp: &str) -> Result<PathBuf> {
     std::fs::create_dir_all(base).with_context(|| format!("creating {}", base.display()))?;
-    let mut dir = base.join(format!("matrix-{stamp}"));
+    let mut dir = base.join(format!("{name}-{stamp}"));
     let mut n = 1;
     while dir.exists() {
         n += 1;
-        dir = base.join(format!("matrix-{stamp}.{n}"));
+        dir = base.join(format!("{name}-{stamp}.{n}"));
     }
     std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(dir)
@@ -52,7 +57,12 @@ pub fn create(base: &Path, stamp: &str) -> Result<PathBuf> {
 /// Points `base/matrix-latest` at `dir` (a relative link, so the tree can
 /// move); returns the link.
 pub fn point_latest(base: &Path, dir: &Path) -> Result<PathBuf> {
-    let link = base.join(LATEST);
+    point_named(base, LATEST, dir)
+}
+
+/// Points `base/<link>` at `dir`, as [`point_latest`] does.
+pub fn point_named(base: &Path, link: &str, dir: &Path) -> Result<PathBuf> {
+    let link = base.join(link);
     if link.symlink_metadata().is_ok() {
         std::fs::remove_file(&link)
             .with_context(|| format!("removing the old {}", link.display()))?;

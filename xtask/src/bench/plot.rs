@@ -17,8 +17,8 @@ const WIDTH: u32 = 1600;
 const HEIGHT: u32 = 900;
 
 /// The x axis: the iodepths as evenly spaced categories at 0, 1, 2, ...
-struct DepthAxis {
-    labels: Vec<String>,
+pub(super) struct DepthAxis {
+    pub(super) labels: Vec<String>,
 }
 
 impl Ranged for DepthAxis {
@@ -58,9 +58,9 @@ impl ValueFormatter<f64> for DepthAxis {
 /// A log scale whose grid and labels are 1, 2 and 5 times the powers of
 /// ten inside its range (light lines at the other multiples), so that
 /// every panel has labels near its values.
-struct LogAxis {
-    range: Range<f64>,
-    format: fn(f64) -> String,
+pub(super) struct LogAxis {
+    pub(super) range: Range<f64>,
+    pub(super) format: fn(f64) -> String,
 }
 
 impl LogAxis {
@@ -158,7 +158,7 @@ fn y_range<'a>(panels: impl Iterator<Item = &'a Panel>) -> Range<f64> {
     lo / 1.5..hi * 1.5
 }
 
-fn fmt_iops(v: f64) -> String {
+pub(super) fn fmt_iops(v: f64) -> String {
     if v >= 1e6 {
         format!("{}M", trim(v / 1e6))
     } else if v >= 1000.0 {
@@ -168,12 +168,12 @@ fn fmt_iops(v: f64) -> String {
     }
 }
 
-fn fmt_us(v: f64) -> String {
+pub(super) fn fmt_us(v: f64) -> String {
     trim(v)
 }
 
 /// `2`, `2.5`, `0.25`: no trailing zeros.
-fn trim(v: f64) -> String {
+pub(super) fn trim(v: f64) -> String {
     let s = format!("{v:.2}");
     s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
