@@ -5,5 +5,6 @@
 # write and verify data on devices created with
 # UBLK_F_SUPPORT_RQ_AFFINITY.
 
+# shellcheck disable=SC2034 # test_generic_19.sh reads it
 GENERIC_19_MODES="zero_copy auto_zc batch"
 . "$(cd "$(dirname "$0")" && pwd)"/test_generic_19.sh

@@ -5,5 +5,6 @@
 # kill the server of devices created with UBLK_F_SUPPORT_RQ_AFFINITY
 # during I/O.
 
+# shellcheck disable=SC2034 # test_generic_20.sh reads it
 GENERIC_20_MODES="zero_copy auto_zc batch"
 . "$(cd "$(dirname "$0")" && pwd)"/test_generic_20.sh
