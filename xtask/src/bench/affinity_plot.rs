@@ -12,8 +12,8 @@ use std::ops::Range;
 
 use super::affinity::{Cell, Plan};
 use super::affinity_report::{ratio, Pick, Stats};
-use super::matrix_report::Summary;
-use super::plot::{fmt_iops, fmt_us, trim, DepthAxis, LogAxis};
+use super::plot::{draw_panel, fmt_iops, fmt_us, trim, Axes, Series};
+use super::stats::Summary;
 
 const WIDTH: u32 = 1600;
 const HEIGHT: u32 = 900;
@@ -21,17 +21,11 @@ const OFF: RGBColor = RGBColor(31, 119, 180);
 const ON: RGBColor = RGBColor(230, 97, 0);
 const RATIO: RGBColor = RGBColor(44, 160, 44);
 
-struct Line {
-    color: RGBColor,
-    dashed: bool,
-    pts: Vec<(f64, Summary)>,
-}
-
 struct Panel {
     title: String,
     x_desc: &'static str,
     labels: Vec<String>,
-    lines: Vec<Line>,
+    lines: Vec<Series>,
 }
 
 fn y_range(panels: &[&Panel], with_one: bool) -> Range<f64> {
@@ -51,75 +45,28 @@ fn y_range(panels: &[&Panel], with_one: bool) -> Range<f64> {
     lo / 1.3..hi * 1.3
 }
 
-fn draw_panel<DB: DrawingBackend>(
-    area: &DrawingArea<DB, plotters::coord::Shift>,
-    panel: &Panel,
-    y: Range<f64>,
-    y_desc: &str,
-    fmt_y: fn(f64) -> String,
-) -> Result<()> {
-    let err = |e: &dyn std::fmt::Display| anyhow!("drawing the plot: {e}");
-    let x = DepthAxis {
-        labels: panel.labels.clone(),
-    };
-    let y = LogAxis {
-        range: y,
-        format: fmt_y,
-    };
-    let mut chart = ChartBuilder::on(area)
-        .caption(&panel.title, ("sans-serif", 15))
-        .margin(8)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(x, y)
-        .map_err(|e| err(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc(panel.x_desc)
-        .y_desc(y_desc)
-        .label_style(("sans-serif", 13))
-        .light_line_style(BLACK.mix(0.04))
-        .bold_line_style(BLACK.mix(0.15))
-        .draw()
-        .map_err(|e| err(&e))?;
-    for l in &panel.lines {
-        let style = l.color.stroke_width(2);
-        let medians: Vec<(f64, f64)> = l.pts.iter().map(|(x, s)| (*x, s.median)).collect();
-        if l.dashed {
-            chart
-                .draw_series(DashedLineSeries::new(medians.clone(), 8, 5, style))
-                .map_err(|e| err(&e))?;
-        } else {
-            chart
-                .draw_series(LineSeries::new(medians.clone(), style))
-                .map_err(|e| err(&e))?;
-        }
-        chart
-            .draw_series(
-                l.pts
-                    .iter()
-                    .map(|(x, s)| ErrorBar::new_vertical(*x, s.min, s.median, s.max, style, 8)),
-            )
-            .map_err(|e| err(&e))?;
-        chart
-            .draw_series(medians.iter().map(|&p| Circle::new(p, 3, l.color.filled())))
-            .map_err(|e| err(&e))?;
+fn axes<'a>(p: &'a Panel, y: Range<f64>, y_desc: &'a str, fmt_y: fn(f64) -> String) -> Axes<'a> {
+    Axes {
+        labels: &p.labels,
+        x_desc: p.x_desc,
+        y,
+        y_desc,
+        fmt_y,
     }
-    Ok(())
 }
 
 /// A line over `cells` (x = their index), shifted by `shift`.
-fn line(stats: &Stats, cells: &[Cell], pick: Pick, color: RGBColor, dashed: bool) -> Line {
+fn line(stats: &Stats, cells: &[Cell], pick: Pick, color: RGBColor, dashed: bool) -> Series {
     let shift = if color == OFF { -0.06 } else { 0.06 };
     let pts = cells
         .iter()
         .enumerate()
         .filter_map(|(i, c)| Some((i as f64 + shift, Summary::of(pick(stats.get(c)?).values())?)))
         .collect();
-    Line { color, dashed, pts }
+    Series { color, dashed, pts }
 }
 
-fn off_on(stats: &Stats, cells: &[Cell], pick: Pick, dashed: bool) -> [Line; 2] {
+fn off_on(stats: &Stats, cells: &[Cell], pick: Pick, dashed: bool) -> [Series; 2] {
     let on: Vec<Cell> = cells.iter().map(|c| c.with_flag(true)).collect();
     [
         line(stats, cells, pick, OFF, dashed),
@@ -190,7 +137,7 @@ pub fn svg(stats: &Stats, plan: &Plan, title: &str) -> Result<String> {
             labels: qd_labels.clone(),
             lines: off_on(stats, &cells, |s| &s.iops, false).into(),
         });
-        let mut lines: Vec<Line> = off_on(stats, &cells, |s| &s.server_us, false).into();
+        let mut lines: Vec<Series> = off_on(stats, &cells, |s| &s.server_us, false).into();
         lines.extend(off_on(stats, &cells, |s| &s.total_us, true));
         bottom.push(Panel {
             title: format!("rq_affinity {rqa}: CPU per I/O"),
@@ -223,7 +170,7 @@ pub fn svg(stats: &Stats, plan: &Plan, title: &str) -> Result<String> {
         title: "sweep: IOPS on/off (per round)".to_string(),
         x_desc: "server CPU cost per I/O",
         labels: cost_labels,
-        lines: vec![Line {
+        lines: vec![Series {
             color: RATIO,
             dashed: false,
             pts: sweep
@@ -250,24 +197,15 @@ pub fn svg(stats: &Stats, plan: &Plan, title: &str) -> Result<String> {
         let y_iops = y_range(&iops_panels, false);
         let y_cpu = y_range(&bottom.iter().collect::<Vec<_>>(), false);
         for (i, p) in iops_panels.iter().enumerate() {
-            draw_panel(&areas[i], p, y_iops.clone(), "IOPS (log)", fmt_iops)?;
+            let a = axes(p, y_iops.clone(), "IOPS (log)", fmt_iops);
+            draw_panel(&areas[i], &p.title, &p.lines, a)?;
         }
         for (i, p) in bottom.iter().enumerate() {
-            draw_panel(
-                &areas[cols + i],
-                p,
-                y_cpu.clone(),
-                "CPU µs per I/O (log)",
-                fmt_us,
-            )?;
+            let a = axes(p, y_cpu.clone(), "CPU µs per I/O (log)", fmt_us);
+            draw_panel(&areas[cols + i], &p.title, &p.lines, a)?;
         }
-        draw_panel(
-            &areas[2 * cols - 1],
-            &ratios,
-            y_range(&[&ratios], true),
-            "on/off (log)",
-            fmt_us,
-        )?;
+        let a = axes(&ratios, y_range(&[&ratios], true), "on/off (log)", fmt_us);
+        draw_panel(&areas[2 * cols - 1], &ratios.title, &ratios.lines, a)?;
         root.present().map_err(|e| err(&e))?;
     }
     Ok(buf)

@@ -6,8 +6,9 @@
 use std::collections::BTreeMap;
 
 use super::affinity::{Cell, Plan};
-use super::matrix_report::{cpu_us_per_io, Summary};
+use super::cpu::cpu_us_per_io;
 use super::samples::{kiops, Samples};
+use super::stats::Summary;
 use crate::markdown;
 
 /// The section of the guest's samples.
@@ -34,16 +35,7 @@ pub type Stats = BTreeMap<Cell, CellStats>;
 pub type Pick = fn(&CellStats) -> &BTreeMap<u32, f64>;
 
 pub fn collect(s: &Samples, plan: &Plan) -> Stats {
-    let m = s.get(SECTION);
-    let rounds = |config: &str| -> BTreeMap<u32, f64> {
-        m.and_then(|m| m.get(config))
-            .map(|r| {
-                r.iter()
-                    .filter_map(|(&round, v)| Some((round, *v.first()?)))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let rounds = |config: &str| super::samples::by_round(s, SECTION, config);
     let hz = rounds("clk_tck").values().next().copied().unwrap_or(100.0);
     plan.cells
         .iter()

@@ -230,24 +230,42 @@ fn panels(
     out
 }
 
-fn draw_panel<DB: DrawingBackend>(
+/// One line of a panel: its colour, whether it is dashed, and its
+/// (x, median/min/max) points.
+pub(super) struct Series {
+    pub(super) color: RGBColor,
+    pub(super) dashed: bool,
+    pub(super) pts: Vec<(f64, Summary)>,
+}
+
+/// A panel's axes: the x categories and their title, the y range, title
+/// and labels.
+pub(super) struct Axes<'a> {
+    pub(super) labels: &'a [String],
+    pub(super) x_desc: &'a str,
+    pub(super) y: Range<f64>,
+    pub(super) y_desc: &'a str,
+    pub(super) fmt_y: fn(f64) -> String,
+}
+
+/// Draws one panel: a line through the medians of each series, a bar
+/// from its smallest to its largest round and a dot at each median.
+pub(super) fn draw_panel<DB: DrawingBackend>(
     area: &DrawingArea<DB, plotters::coord::Shift>,
-    panel: &Panel,
-    labels: &[String],
-    y: Range<f64>,
-    y_desc: &str,
-    fmt_y: fn(f64) -> String,
+    title: &str,
+    series: &[Series],
+    axes: Axes,
 ) -> Result<()> {
     let err = |e: &dyn std::fmt::Display| anyhow!("drawing the plot: {e}");
     let x = DepthAxis {
-        labels: labels.to_vec(),
+        labels: axes.labels.to_vec(),
     };
     let y = LogAxis {
-        range: y,
-        format: fmt_y,
+        range: axes.y,
+        format: axes.fmt_y,
     };
     let mut chart = ChartBuilder::on(area)
-        .caption(&panel.title, ("sans-serif", 16))
+        .caption(title, ("sans-serif", 16))
         .margin(8)
         .x_label_area_size(40)
         .y_label_area_size(60)
@@ -255,17 +273,17 @@ fn draw_panel<DB: DrawingBackend>(
         .map_err(|e| err(&e))?;
     chart
         .configure_mesh()
-        .x_desc("iodepth (per fio job)")
-        .y_desc(y_desc)
+        .x_desc(axes.x_desc)
+        .y_desc(axes.y_desc)
         .label_style(("sans-serif", 14))
         .light_line_style(BLACK.mix(0.04))
         .bold_line_style(BLACK.mix(0.15))
         .draw()
         .map_err(|e| err(&e))?;
-    for (d, pts) in &panel.lines {
-        let style = color(*d).stroke_width(2);
-        let medians: Vec<(f64, f64)> = pts.iter().map(|(x, s)| (*x, s.median)).collect();
-        if dashed(*d) {
+    for l in series {
+        let style = l.color.stroke_width(2);
+        let medians: Vec<(f64, f64)> = l.pts.iter().map(|(x, s)| (*x, s.median)).collect();
+        if l.dashed {
             chart
                 .draw_series(DashedLineSeries::new(medians.clone(), 8, 5, style))
                 .map_err(|e| err(&e))?;
@@ -276,19 +294,29 @@ fn draw_panel<DB: DrawingBackend>(
         }
         chart
             .draw_series(
-                pts.iter()
+                l.pts
+                    .iter()
                     .map(|(x, s)| ErrorBar::new_vertical(*x, s.min, s.median, s.max, style, 8)),
             )
             .map_err(|e| err(&e))?;
         chart
-            .draw_series(
-                medians
-                    .iter()
-                    .map(|&p| Circle::new(p, 3, color(*d).filled())),
-            )
+            .draw_series(medians.iter().map(|&p| Circle::new(p, 3, l.color.filled())))
             .map_err(|e| err(&e))?;
     }
     Ok(())
+}
+
+/// A matrix panel's lines as series.
+fn series(panel: &Panel) -> Vec<Series> {
+    panel
+        .lines
+        .iter()
+        .map(|(d, pts)| Series {
+            color: color(*d),
+            dashed: dashed(*d),
+            pts: pts.clone(),
+        })
+        .collect()
 }
 
 /// The legend across the top: a line sample and the name of each driver.
@@ -345,24 +373,24 @@ pub fn svg(stats: &[CellStats], plan: &Plan, title: &str) -> Result<String> {
         let (y_iops, y_cpu) = (y_range(iops.iter()), y_range(cpu.iter()));
         let areas = grid.split_evenly((2, iops.len()));
         for (i, p) in iops.iter().enumerate() {
-            draw_panel(
-                &areas[i],
-                p,
-                &labels,
-                y_iops.clone(),
-                "IOPS (log)",
-                fmt_iops,
-            )?;
+            let axes = Axes {
+                labels: &labels,
+                x_desc: "iodepth (per fio job)",
+                y: y_iops.clone(),
+                y_desc: "IOPS (log)",
+                fmt_y: fmt_iops,
+            };
+            draw_panel(&areas[i], &p.title, &series(p), axes)?;
         }
         for (i, p) in cpu.iter().enumerate() {
-            draw_panel(
-                &areas[iops.len() + i],
-                p,
-                &labels,
-                y_cpu.clone(),
-                "guest CPU µs per I/O (log)",
-                fmt_us,
-            )?;
+            let axes = Axes {
+                labels: &labels,
+                x_desc: "iodepth (per fio job)",
+                y: y_cpu.clone(),
+                y_desc: "guest CPU µs per I/O (log)",
+                fmt_y: fmt_us,
+            };
+            draw_panel(&areas[iops.len() + i], &p.title, &series(p), axes)?;
         }
         root.present().map_err(|e| err(&e))?;
     }

@@ -143,7 +143,12 @@ pub fn create(
         }
         Mode::Shell => ("shell", 0),
         Mode::Bench(_) => {
-            for script in ["bench.sh", "bench_cpu.sh", "bench_matrix.sh", "bench_affinity.sh"] {
+            for script in [
+                "bench.sh",
+                "bench_cpu.sh",
+                "bench_matrix.sh",
+                "bench_affinity.sh",
+            ] {
                 std::fs::copy(layout.guest_script(script), dir.join(script))?;
             }
             ("bench", 0)
