@@ -361,37 +361,47 @@ fn opt(s: Option<Summary>, f: impl Fn(&Summary) -> f64, digits: usize) -> String
     s.map_or(String::new(), |s| format!("{:.digits$}", f(&s)))
 }
 
-/// One row per cell.
+/// One row per cell: for each measure its median, smallest and largest
+/// over the rounds; on the flag-on rows the per-round on/off IOPS ratio
+/// too.
 pub fn csv(stats: &Stats, plan: &Plan) -> String {
-    let mut out = String::from(
-        "flag,rq_affinity,iodepth,cost_ns,rounds,iops_median,iops_min,iops_max,on_off_iops_ratio_median,\
-         p50_us_median,p99_us_median,server_cpu_us_per_io,server_sys_us_per_io,total_cpu_us_per_io\n",
-    );
+    let measures: [(&str, Pick, usize); 6] = [
+        ("iops", iops_of, 0),
+        ("p50_us", |s| &s.p50_us, 0),
+        ("p99_us", |s| &s.p99_us, 0),
+        ("server_cpu_us_per_io", |s| &s.server_us, 2),
+        ("server_sys_us_per_io", |s| &s.server_sys_us, 2),
+        ("total_cpu_us_per_io", |s| &s.total_us, 2),
+    ];
+    let mut head = vec!["flag,rq_affinity,iodepth,cost_ns,rounds".to_string()];
+    let names = measures.iter().map(|m| m.0).chain(["on_off_iops_ratio"]);
+    for name in names {
+        head.push(format!("{name}_median,{name}_min,{name}_max"));
+    }
+    let mut out = head.join(",") + "\n";
+    let three = |s: Option<Summary>, d: usize| -> String {
+        [
+            opt(s, |s| s.median, d),
+            opt(s, |s| s.min, d),
+            opt(s, |s| s.max, d),
+        ]
+        .join(",")
+    };
     for cell in &plan.cells {
         let Some(s) = stats.get(cell) else { continue };
-        let iops = summary(&s.iops);
-        let med = |v: &BTreeMap<u32, f64>, d: usize| opt(summary(v), |s| s.median, d);
-        let r = if cell.flag {
-            opt(ratio(stats, *cell, iops_of), |s| s.median, 3)
-        } else {
-            String::new()
-        };
-        out += &format!(
-            "{},{},{},{},{},{},{},{},{r},{},{},{},{},{}\n",
-            if cell.flag { "on" } else { "off" },
-            cell.rqa,
-            cell.iodepth,
-            cell.cost_ns,
-            iops.map_or(0, |s| s.n),
-            opt(iops, |s| s.median, 0),
-            opt(iops, |s| s.min, 0),
-            opt(iops, |s| s.max, 0),
-            med(&s.p50_us, 0),
-            med(&s.p99_us, 0),
-            med(&s.server_us, 2),
-            med(&s.server_sys_us, 2),
-            med(&s.total_us, 2),
-        );
+        let mut row = vec![
+            (if cell.flag { "on" } else { "off" }).to_string(),
+            cell.rqa.to_string(),
+            cell.iodepth.to_string(),
+            cell.cost_ns.to_string(),
+            summary(&s.iops).map_or(0, |s| s.n).to_string(),
+        ];
+        for (_, pick, d) in measures {
+            row.push(three(summary(pick(s)), d));
+        }
+        let r = cell.flag.then(|| ratio(stats, *cell, iops_of)).flatten();
+        row.push(three(r, 3));
+        out += &(row.join(",") + "\n");
     }
     out
 }
@@ -455,9 +465,16 @@ mod tests {
         let csv = csv(&s, &plan);
         assert_eq!(csv.lines().count(), 1 + plan.cells.len());
         assert!(
-            csv.contains("\non,2,96,20000,2,12650,12100,13200,1.100,100,300,50.00,20.00,100.00\n"),
+            csv.starts_with(
+                "flag,rq_affinity,iodepth,cost_ns,rounds,iops_median,iops_min,iops_max,"
+            ),
             "{csv}"
         );
+        assert!(
+            csv.contains("\non,2,96,20000,2,12650,12100,13200,100,100,100,300,300,300,50.00,50.00,50.00,20.00,20.00,20.00,100.00,100.00,100.00,1.100,1.100,1.100\n"),
+            "{csv}"
+        );
+        assert!(csv.lines().nth(1).unwrap().ends_with(",,,"), "{csv}");
         // a loss at the largest cost: no crossover
         let s = collect(
             &samples(&plan, |c| if c == 40_000 { 0.9 } else { 1.1 }),
