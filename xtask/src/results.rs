@@ -58,6 +58,14 @@ const REPORTS: &[Report] = &[
                -- bash \"$PWD\"/xtask/guest/perf_drivers.sh` (the guest needs an absolute path), where each driver's CPU time\n  \
                goes",
     },
+    Report {
+        dir: "xtask/results/bench-affinity",
+        link: "affinity.md",
+        what: "`cargo xtask bench affinity`,\n  \
+               UBLK_F_SUPPORT_RQ_AFFINITY off and on with a CPU-bound ublk server\n  \
+               (IOPS, latency, CPU per I/O, the cost crossover), with its CSV,\n  \
+               samples and plot",
+    },
 ];
 
 #[derive(clap::Args, Debug)]
