@@ -42,7 +42,7 @@ pub fn run(opts: &CheckOpts) -> Result<bool> {
     let layout = pipeline::layout(&opts.kernel)?;
     let out = pipeline::ensure_kernel(&layout, &opts.kernel)?;
     let tree_dir = layout.tree();
-    let kmake = pipeline::make(&layout, &opts.kernel);
+    let kmake = pipeline::make(&layout, &opts.kernel)?;
     let make = |targets: &[&str]| kmake.command(&out.out, targets);
     let checks: Vec<(&str, Verdict)> = vec![
         ("checkpatch --strict", checkpatch(&layout.repo, &tree_dir)?),

@@ -17,6 +17,9 @@ pub struct Make {
     /// Value of `LLVM=` (e.g. `-19`).
     pub llvm: String,
     pub jobs: usize,
+    /// The flavour's pinned Rust toolchain (`RUSTC=`, `RUSTDOC=`); `None`:
+    /// the rustc on PATH.
+    pub rust: Option<crate::toolchain::RustToolchain>,
 }
 
 impl Make {
@@ -27,9 +30,19 @@ impl Make {
             .arg(format!("O={}", out.display()))
             .arg(format!("LLVM={}", self.llvm))
             .arg(format!("-j{}", self.jobs))
+            .args(self.rust.iter().flat_map(|t| t.make_vars()))
             .args(targets)
             .env("LIBCLANG_PATH", crate::prereq::LIBCLANG_PATH);
         c
+    }
+
+    /// What besides the tree and config decides the build: the LLVM suffix,
+    /// and the pinned Rust toolchain if any.
+    pub fn toolchain_id(&self) -> String {
+        match &self.rust {
+            None => self.llvm.clone(),
+            Some(t) => format!("{} rust-{}", self.llvm, t.name),
+        }
     }
 
     /// Runs make; output is shown only if it fails.
@@ -177,7 +190,7 @@ fn collect_ko(dir: &Path, v: &mut Vec<PathBuf>) {
 /// stamp says this exact tree commit and config were already built.
 pub fn build(make: &Make, out: &Path, tree_head: &str, config_fp: &str) -> Result<Outputs> {
     let stamp_file = out.join(".xtask-built");
-    let stamp = format!("{tree_head} {config_fp} {}\n", make.llvm);
+    let stamp = format!("{tree_head} {config_fp} {}\n", make.toolchain_id());
     if std::fs::read_to_string(&stamp_file).ok().as_deref() == Some(stamp.as_str())
         && out.join("arch/x86/boot/bzImage").exists()
     {
@@ -185,8 +198,13 @@ pub fn build(make: &Make, out: &Path, tree_head: &str, config_fp: &str) -> Resul
         return Outputs::for_dir(out);
     }
     let _ = std::fs::remove_file(&stamp_file);
+    let rust = make
+        .rust
+        .as_ref()
+        .map(|t| format!(", Rust {}", t.name))
+        .unwrap_or_default();
     phase(format!(
-        "building bzImage and modules (LLVM={}, -j{}) in {}",
+        "building bzImage and modules (LLVM={}{rust}, -j{}) in {}",
         make.llvm,
         make.jobs,
         out.display()
@@ -209,4 +227,50 @@ pub fn build(make: &Make, out: &Path, tree_head: &str, config_fp: &str) -> Resul
     )?;
     std::fs::write(stamp_file, stamp)?;
     Ok(outputs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::toolchain::RustToolchain;
+
+    fn make(rust: Option<RustToolchain>) -> Make {
+        Make {
+            tree: "/t".into(),
+            llvm: "-19".into(),
+            jobs: 2,
+            rust,
+        }
+    }
+
+    fn args(m: &Make) -> Vec<String> {
+        m.command(Path::new("/o"), &["bzImage"])
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn default_make_is_unchanged_and_pinned_rust_is_passed() {
+        let plain = make(None);
+        assert_eq!(args(&plain), ["O=/o", "LLVM=-19", "-j2", "bzImage"]);
+        assert_eq!(plain.toolchain_id(), "-19");
+        let pinned = make(Some(RustToolchain {
+            name: "1.86.0".into(),
+            rustc: "/r/rustc".into(),
+            rustdoc: "/r/rustdoc".into(),
+        }));
+        assert_eq!(
+            args(&pinned),
+            [
+                "O=/o",
+                "LLVM=-19",
+                "-j2",
+                "RUSTC=/r/rustc",
+                "RUSTDOC=/r/rustdoc",
+                "bzImage"
+            ]
+        );
+        assert_eq!(pinned.toolchain_id(), "-19 rust-1.86.0");
+    }
 }

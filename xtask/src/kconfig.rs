@@ -81,6 +81,11 @@ pub fn configure(make: &Make, out: &Path, fragments: &[PathBuf]) -> Result<Strin
         h.update(&text);
         wanted.extend(parse(&text));
     }
+    if let Some(t) = &make.rust {
+        // The toolchain decides options (RUSTC_LLVM_VERSION and what
+        // depends on it); the default flavour's fingerprint is unchanged.
+        h.update(format!("rust {}\n", t.name));
+    }
     let fp = format!("{:x}", h.finalize());
     let stamp = out.join(".xtask-config");
     let config = out.join(".config");
@@ -111,11 +116,12 @@ pub fn configure(make: &Make, out: &Path, fragments: &[PathBuf]) -> Result<Strin
     let bad = verify(&wanted, &result);
     if !bad.is_empty() {
         bail!(
-            "these options did not survive olddefconfig (missing dependency or renamed?):\n  {}",
+            "these options did not survive olddefconfig (missing dependency or renamed?):\n  {}{}",
             bad.iter()
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
-                .join("\n  ")
+                .join("\n  "),
+            hint(&bad, &result)
         );
     }
     detail(format!("{} requested options verified", wanted.len()));
@@ -125,6 +131,52 @@ pub fn configure(make: &Make, out: &Path, fragments: &[PathBuf]) -> Result<Strin
     }
     std::fs::write(stamp, &fp)?;
     Ok(fp)
+}
+
+/// Why a dropped option is known to drop: CONFIG_RUST_INLINE_HELPERS needs
+/// rustc's LLVM major to equal clang's.
+fn hint(bad: &[Mismatch], config: &str) -> String {
+    if !bad.iter().any(|m| m.option == "CONFIG_RUST_INLINE_HELPERS") {
+        return String::new();
+    }
+    let have = parse(config);
+    let get = |k: &str| {
+        have.get(k)
+            .cloned()
+            .flatten()
+            .unwrap_or_else(|| "unset".into())
+    };
+    format!(
+        "\nCONFIG_RUST_INLINE_HELPERS needs RUSTC_CLANG_LLVM_COMPATIBLE: rustc's LLVM \
+         major (CONFIG_RUSTC_LLVM_MAJOR_VERSION={}) must be clang's \
+         (CONFIG_CLANG_VERSION={}); RUSTC_CLANG_LLVM_COMPATIBLE={}",
+        get("CONFIG_RUSTC_LLVM_MAJOR_VERSION"),
+        get("CONFIG_CLANG_VERSION"),
+        get("CONFIG_RUSTC_CLANG_LLVM_COMPATIBLE"),
+    )
+}
+
+/// After the build: every requested option is still in `O/.config` (the
+/// build's syncconfig re-evaluates the config with the build's toolchain).
+pub fn verify_built(out: &Path, fragments: &[PathBuf]) -> Result<()> {
+    let mut wanted = Wanted::new();
+    for f in fragments {
+        wanted.extend(parse(&std::fs::read_to_string(f)?));
+    }
+    let config = std::fs::read_to_string(out.join(".config"))?;
+    let bad = verify(&wanted, &config);
+    if !bad.is_empty() {
+        bail!(
+            "the built kernel's {} lost requested options:\n  {}{}",
+            out.join(".config").display(),
+            bad.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n  "),
+            hint(&bad, &config)
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -171,5 +223,42 @@ mod tests {
         assert_eq!(base.get("CONFIG_ACPI"), Some(&Some("y".into())));
         let debug = parse(&std::fs::read_to_string(dir.join("debug.config")).unwrap());
         assert_eq!(debug.get("CONFIG_KASAN"), Some(&Some("y".into())));
+        let inline = parse(&std::fs::read_to_string(dir.join("inline-helpers.config")).unwrap());
+        assert_eq!(
+            inline.get("CONFIG_RUST_INLINE_HELPERS"),
+            Some(&Some("y".into()))
+        );
+        assert_eq!(inline.get("CONFIG_EXPERT"), Some(&Some("y".into())));
+    }
+
+    #[test]
+    fn dropped_inline_helpers_names_the_llvm_versions() {
+        let wanted = parse("CONFIG_EXPERT=y\nCONFIG_RUST_INLINE_HELPERS=y\n");
+        let config = "CONFIG_EXPERT=y\nCONFIG_CLANG_VERSION=190107\n\
+                      CONFIG_RUSTC_LLVM_MAJOR_VERSION=22\n";
+        let bad = verify(&wanted, config);
+        assert_eq!(bad.len(), 1);
+        let h = hint(&bad, config);
+        assert!(h.contains("CONFIG_RUSTC_LLVM_MAJOR_VERSION=22"), "{h}");
+        assert!(h.contains("CONFIG_CLANG_VERSION=190107"), "{h}");
+        assert!(h.contains("RUSTC_CLANG_LLVM_COMPATIBLE=unset"), "{h}");
+        let other = verify(&parse("CONFIG_A=y"), "");
+        assert_eq!(hint(&other, config), "");
+    }
+
+    #[test]
+    fn verify_built_reads_the_output_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let frag = dir.path().join("f.config");
+        std::fs::write(&frag, "CONFIG_RUST_INLINE_HELPERS=y\n").unwrap();
+        std::fs::write(dir.path().join(".config"), "CONFIG_RUST_INLINE_HELPERS=y\n").unwrap();
+        verify_built(dir.path(), std::slice::from_ref(&frag)).unwrap();
+        std::fs::write(dir.path().join(".config"), "CONFIG_RUST=y\n").unwrap();
+        let e = verify_built(dir.path(), &[frag]).unwrap_err().to_string();
+        assert!(
+            e.contains("CONFIG_RUST_INLINE_HELPERS: wanted y, got n"),
+            "{e}"
+        );
+        assert!(e.contains("RUSTC_CLANG_LLVM_COMPATIBLE"), "{e}");
     }
 }

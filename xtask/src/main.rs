@@ -37,6 +37,7 @@ mod sharing;
 mod source;
 mod splat;
 mod tier;
+mod toolchain;
 mod tree;
 mod userland;
 mod vm;

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use crate::kbuild::{self, Make, Outputs};
 use crate::layout::Layout;
 use crate::progress::{detail, phase};
+use crate::toolchain::{self, RustToolchain};
 use crate::{kconfig, prereq, source, tree};
 
 /// Kernel config flavours: fragments applied on top of tinyconfig.
@@ -16,6 +17,10 @@ pub enum Flavour {
     Default,
     /// ublk.config + debug.config: KASAN, lockdep, KFENCE, atomic-sleep checks.
     Debug,
+    /// ublk.config + inline-helpers.config: rust/helpers/ inlined into the
+    /// Rust code (CONFIG_RUST_INLINE_HELPERS), built with the pinned rustc
+    /// whose LLVM matches clang's.
+    InlineHelpers,
 }
 
 impl Flavour {
@@ -23,6 +28,16 @@ impl Flavour {
         match self {
             Flavour::Default => "default",
             Flavour::Debug => "debug",
+            Flavour::InlineHelpers => "inline-helpers",
+        }
+    }
+
+    /// The rustup toolchain this flavour builds with, if not the default
+    /// rustc on PATH.
+    pub fn rust_toolchain(self) -> Option<&'static str> {
+        match self {
+            Flavour::Default | Flavour::Debug => None,
+            Flavour::InlineHelpers => Some(toolchain::INLINE_HELPERS_RUST),
         }
     }
 
@@ -38,6 +53,7 @@ impl Flavour {
         match self {
             Flavour::Default => &["ublk"],
             Flavour::Debug => &["ublk", "debug"],
+            Flavour::InlineHelpers => &["ublk", "inline-helpers"],
         }
     }
 }
@@ -71,7 +87,9 @@ impl TreeOpts {
 pub struct KernelOpts {
     #[command(flatten)]
     pub tree: TreeOpts,
-    /// Config flavour; `debug` builds into its own output directory.
+    /// Config flavour; each but `default` builds into its own output
+    /// directory; `inline-helpers` builds with a pinned rustc (installed with
+    /// rustup if missing).
     #[arg(long = "config", value_enum, default_value = "default")]
     pub flavour: Flavour,
     /// Value for make's LLVM= (clang/lld suffix).
@@ -86,15 +104,22 @@ pub fn layout(opts: &KernelOpts) -> Result<Layout> {
     Layout::discover(opts.tree.work_dir.clone())
 }
 
-/// How to run make in the prepared tree, as `opts` ask.
-pub fn make(layout: &Layout, opts: &KernelOpts) -> Make {
-    Make {
+/// How to run make in the prepared tree, as `opts` ask; installs the
+/// flavour's Rust toolchain if it has one and it is missing.
+pub fn make(layout: &Layout, opts: &KernelOpts) -> Result<Make> {
+    let rust = opts
+        .flavour
+        .rust_toolchain()
+        .map(toolchain::ensure)
+        .transpose()?;
+    Ok(Make {
         tree: layout.tree(),
         llvm: opts.llvm.clone(),
         jobs: opts
             .jobs
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
-    }
+        rust,
+    })
 }
 
 /// The prepared tree (pristine source + `patches/` + overlay), with no
@@ -109,12 +134,30 @@ pub fn ensure_kernel(layout: &Layout, opts: &KernelOpts) -> Result<Outputs> {
     prereq::ensure()?;
     let prepared = ensure_tree(layout, &opts.tree)?;
     let tree_dir = layout.tree();
-    prereq::check_min_versions(&tree_dir, &opts.llvm)?;
-    let make = make(layout, opts);
+    let make = make(layout, opts)?;
+    let rustc = make.rust.as_ref().map(|t| t.rustc.clone());
+    prereq::check_min_versions(&tree_dir, &opts.llvm, rustc.as_deref())?;
+    if let Some(t) = &make.rust {
+        check_toolchain(&make, t)?;
+    }
     let out = layout.build_dir(opts.flavour.name());
-    let config_fp = kconfig::configure(&make, &out, &opts.flavour.fragment_paths(layout))?;
+    let fragments = opts.flavour.fragment_paths(layout);
+    let config_fp = kconfig::configure(&make, &out, &fragments)?;
     let outputs = kbuild::build(&make, &out, &prepared.head, &config_fp)?;
+    kconfig::verify_built(&out, &fragments)?;
     Ok(outputs)
+}
+
+/// A pinned toolchain must use clang's LLVM and satisfy `make rustavailable`
+/// (rust-src, bindgen) before the tree is configured with it.
+fn check_toolchain(make: &Make, t: &RustToolchain) -> Result<()> {
+    phase(format!("Rust toolchain {} for this flavour", t.name));
+    toolchain::check_llvm_match(&t.rustc, &format!("clang{}", make.llvm))?;
+    let scratch = std::env::temp_dir().join(format!("xtask-rustavailable-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    let r = make.run_quiet(&scratch, &["rustavailable"]);
+    let _ = std::fs::remove_dir_all(&scratch);
+    r.map_err(|e| e.context(format!("`make rustavailable` with Rust {}", t.name)))
 }
 
 pub fn summary(o: &Outputs) {
@@ -128,5 +171,36 @@ pub fn summary(o: &Outputs) {
     detail(format!("headers  {}", o.headers.display()));
     for m in o.modules() {
         detail(format!("module   {}", m.display()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::ValueEnum;
+
+    #[test]
+    fn inline_helpers_flavour() {
+        let f = Flavour::from_str("inline-helpers", false).unwrap();
+        assert_eq!(f, Flavour::InlineHelpers);
+        assert_eq!(f.name(), "inline-helpers");
+        assert_eq!(f.fragments(), ["ublk", "inline-helpers"]);
+        assert_eq!(f.rust_toolchain(), Some("1.86.0"));
+        // The existing flavours keep the rustc on PATH and their fragments.
+        assert_eq!(Flavour::Default.rust_toolchain(), None);
+        assert_eq!(Flavour::Debug.rust_toolchain(), None);
+        assert_eq!(Flavour::Default.fragments(), ["ublk"]);
+        assert_eq!(Flavour::Debug.fragments(), ["ublk", "debug"]);
+    }
+
+    #[test]
+    fn every_fragment_exists() {
+        let configs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
+        for f in Flavour::value_variants() {
+            for frag in f.fragments() {
+                let p = configs.join(format!("{frag}.config"));
+                assert!(p.is_file(), "{}: {} missing", f.name(), p.display());
+            }
+        }
     }
 }

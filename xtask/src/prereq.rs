@@ -249,11 +249,13 @@ pub fn parse_version(text: &str) -> Option<Vec<u32>> {
     )
 }
 
-/// Checks tool versions against the tree's scripts/min-tool-version.sh.
-pub fn check_min_versions(tree: &Path, llvm_suffix: &str) -> Result<()> {
+/// Checks tool versions against the tree's scripts/min-tool-version.sh;
+/// `rustc` is a flavour's pinned rustc, `None` the one on PATH.
+pub fn check_min_versions(tree: &Path, llvm_suffix: &str, rustc: Option<&Path>) -> Result<()> {
+    let rustc = rustc.map_or_else(|| "rustc".to_string(), |p| p.display().to_string());
     let tools = [
         ("llvm", format!("clang{llvm_suffix}"), vec!["--version"]),
-        ("rustc", "rustc".to_string(), vec!["--version"]),
+        ("rustc", rustc, vec!["--version"]),
         ("bindgen", "bindgen".to_string(), vec!["--version"]),
     ];
     let mut bad = Vec::new();
