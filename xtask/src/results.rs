@@ -206,7 +206,12 @@ fn page(columns: &[Column], reports: &[(&Report, String)]) -> String {
         ));
     }
     s.push_str(
-        "\nEach report says how it was measured. Under TCG only ratios measured in one\n\
+        "\nThe reports measure the default kernel (`--config default`) unless they say\n\
+         otherwise. `--config inline-helpers` builds a kernel whose Rust code has the C\n\
+         helpers of `rust/helpers/` inlined (CONFIG_RUST_INLINE_HELPERS, with rustc\n\
+         1.86.0, whose LLVM 19 is clang-19's): the same commands with that option\n\
+         measure what the helper calls cost the Rust driver.\n\
+         \nEach report says how it was measured. Under TCG only ratios measured in one\n\
          boot mean anything.\n",
     );
     s
@@ -260,6 +265,7 @@ mod tests {
         assert!(text.contains("with its CSV, samples and plot; commit m1 2026-12-02.\n"));
         assert!(text.contains("\n  goes; commit p1 2026-12-03.\n"));
         assert!(text.ends_with("boot mean anything.\n"));
+        assert!(text.contains("`--config inline-helpers` builds a kernel"));
     }
 
     /// Every committed file under xtask/results/ (but the page) belongs to
