@@ -66,6 +66,14 @@ const REPORTS: &[Report] = &[
                (IOPS, latency, CPU per I/O, the cost crossover), with its CSV,\n  \
                samples and plot",
     },
+    Report {
+        dir: "xtask/results/bench-matrix-inline-helpers",
+        link: "README.md",
+        what: "`cargo xtask bench matrix --config inline-helpers\n  \
+               --driver c,rust` and the perf profile of that kernel: the C helpers\n  \
+               inlined into the Rust code (CONFIG_RUST_INLINE_HELPERS, rustc 1.86.0),\n  \
+               against the default kernel's",
+    },
 ];
 
 #[derive(clap::Args, Debug)]
