@@ -4,7 +4,7 @@
 //! driver reported). An operation that the fuzzer's state rules out
 //! (see `world.rs`) is not drawn again in that step: `None`.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use std::os::fd::AsRawFd;
 use ublk_badinput::cases::ctrl::basic_params;
 use ublk_badinput::cases::server::{Answering, Server};
@@ -104,7 +104,9 @@ pub fn step(w: &mut World, rng: &mut Rng) -> Result<String> {
     let weights: Vec<u64> = OPS.iter().map(|(_, wt)| *wt).collect();
     loop {
         let op = OPS[rng.weighted(&weights)].0;
-        if let Some(line) = run(w, rng, op)? {
+        // A failure names the operation that was drawn: a step that
+        // fails has no trace line of its own.
+        if let Some(line) = run(w, rng, op).with_context(|| format!("{op:?}"))? {
             return Ok(line);
         }
     }
