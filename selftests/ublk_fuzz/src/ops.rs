@@ -580,7 +580,15 @@ fn simple_ctrl(
     // change makes udev probe the disk again: wait for it to let go.
     if got == Got::Res(0) {
         if let Some(i) = i {
-            if w.devs[i].live.is_some() && op != UBLK_U_CMD_UPDATE_SIZE {
+            if w.devs[i].live.is_some() && op == UBLK_U_CMD_QUIESCE_DEV {
+                // A quiesced device leaves LIVE once its server, whose
+                // commands ended with UBLK_IO_RES_ABORT, closes its char
+                // device: a server does that, as kublk exits.
+                w.devs[i].io_waiters.clear();
+                w.devs[i].live = None;
+                w.settle_refs();
+                line += &format!(" then {}", w.settle_not_live(id)?);
+            } else if w.devs[i].live.is_some() && op != UBLK_U_CMD_UPDATE_SIZE {
                 line += &format!(" then {}", w.settle_not_live(id)?);
             }
         }
