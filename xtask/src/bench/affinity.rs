@@ -188,6 +188,26 @@ impl Plan {
         })
     }
 
+    /// The flag-off cell of the main table at `iodepth` and `rqa`.
+    pub fn main_cell(&self, iodepth: u32, rqa: u32) -> Cell {
+        Cell {
+            cost_ns: self.cost_ns,
+            iodepth,
+            rqa,
+            flag: false,
+        }
+    }
+
+    /// The flag-off cell of the cost sweep at `cost_ns`.
+    pub fn sweep_cell(&self, cost_ns: u32) -> Cell {
+        Cell {
+            cost_ns,
+            iodepth: self.sweep_iodepth,
+            rqa: self.sweep_rqa,
+            flag: false,
+        }
+    }
+
     pub fn rounds(&self) -> u32 {
         self.base.rounds
     }

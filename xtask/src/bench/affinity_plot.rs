@@ -121,12 +121,7 @@ pub fn svg(stats: &Stats, plan: &Plan, title: &str) -> Result<String> {
             .base
             .iodepths
             .iter()
-            .map(|&qd| Cell {
-                cost_ns: plan.cost_ns,
-                iodepth: qd,
-                rqa,
-                flag: false,
-            })
+            .map(|&qd| plan.main_cell(qd, rqa))
             .collect();
         top.push(Panel {
             title: format!(
@@ -149,12 +144,7 @@ pub fn svg(stats: &Stats, plan: &Plan, title: &str) -> Result<String> {
     let sweep: Vec<Cell> = plan
         .sweep_ns
         .iter()
-        .map(|&cost_ns| Cell {
-            cost_ns,
-            iodepth: plan.sweep_iodepth,
-            rqa: plan.sweep_rqa,
-            flag: false,
-        })
+        .map(|&cost_ns| plan.sweep_cell(cost_ns))
         .collect();
     let cost_labels: Vec<String> = plan.sweep_ns.iter().map(|&c| cost_label(c)).collect();
     let sweep_iops = Panel {

@@ -105,7 +105,7 @@ pub fn crossover(stats: &Stats, plan: &Plan) -> Option<u32> {
     let pays: Vec<(u32, bool)> = costs
         .iter()
         .map(|&c| {
-            let r = ratio(stats, sweep_cell(plan, c), iops_of);
+            let r = ratio(stats, plan.sweep_cell(c), iops_of);
             (c, r.is_some_and(|r| r.median > 1.0))
         })
         .collect();
@@ -113,15 +113,6 @@ pub fn crossover(stats: &Stats, plan: &Plan) -> Option<u32> {
     match last_loss {
         None => pays.first().map(|(c, _)| *c),
         Some(i) => pays.get(i + 1).map(|(c, _)| *c),
-    }
-}
-
-fn sweep_cell(plan: &Plan, cost_ns: u32) -> Cell {
-    Cell {
-        cost_ns,
-        iodepth: plan.sweep_iodepth,
-        rqa: plan.sweep_rqa,
-        flag: false,
     }
 }
 
@@ -213,12 +204,7 @@ pub fn markdown(
     ]);
     for &qd in &plan.base.iodepths {
         for &rqa in &plan.rqas {
-            let cell = Cell {
-                cost_ns: plan.cost_ns,
-                iodepth: qd,
-                rqa,
-                flag: false,
-            };
+            let cell = plan.main_cell(qd, rqa);
             let (off, on) = (stats.get(&cell), stats.get(&cell.with_flag(true)));
             let get = |s: Option<&CellStats>, pick: Pick| s.and_then(|s| summary(pick(s)));
             out += &markdown::row(&[
@@ -251,12 +237,7 @@ pub fn markdown(
     ]);
     for &qd in &plan.base.iodepths {
         for &rqa in &plan.rqas {
-            let cell = Cell {
-                cost_ns: plan.cost_ns,
-                iodepth: qd,
-                rqa,
-                flag: false,
-            };
+            let cell = plan.main_cell(qd, rqa);
             let mut row = vec![qd.to_string(), rqa.to_string()];
             row.extend(cpu_cells(stats, cell));
             out += &markdown::row(&row);
@@ -280,7 +261,7 @@ pub fn markdown(
         "total on",
     ]);
     for &c in &plan.sweep_ns {
-        let cell = sweep_cell(plan, c);
+        let cell = plan.sweep_cell(c);
         let get = |f: bool| stats.get(&cell.with_flag(f)).and_then(|s| summary(&s.iops));
         let mut row = vec![
             us_cost(c),
@@ -322,7 +303,7 @@ fn cpu_cells(stats: &Stats, cell: Cell) -> Vec<String> {
 pub fn crossover_text(stats: &Stats, plan: &Plan) -> String {
     let mut costs = plan.sweep_ns.clone();
     costs.sort();
-    let ratio_at = |c: u32| ratio(stats, sweep_cell(plan, c), iops_of);
+    let ratio_at = |c: u32| ratio(stats, plan.sweep_cell(c), iops_of);
     let below = |limit: u32| -> Vec<String> {
         costs
             .iter()

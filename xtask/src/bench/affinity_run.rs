@@ -4,7 +4,7 @@
 //! markdown report, the CSV and the SVG plot into a new directory under
 //! target/bench/ (`affinity-latest` points at it) and prints the report.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use std::time::{Instant, SystemTime};
 
 use super::affinity::{AffinityOpts, Plan};
@@ -110,18 +110,19 @@ pub fn run(env: &Env, opts: &AffinityOpts) -> Result<()> {
     );
     let svg = affinity_plot::svg(&stats, &plan, &title)?;
 
-    let base = env.layout.bench_results();
-    let dir = outdir::create_named(&base, "affinity", &stamp)?;
-    let write = |name: &str, text: &str| {
-        std::fs::write(dir.join(name), text)
-            .with_context(|| format!("writing {}", dir.join(name).display()))
-    };
-    write(REPORT, &report)?;
-    write(CSV, &affinity_report::csv(&stats, &plan))?;
-    write(PLOT, &svg)?;
-    std::fs::copy(job.dir.join("bench.csv"), dir.join(SAMPLES))
-        .context("copying the guest's bench.csv")?;
-    let latest = outdir::point_named(&base, "affinity-latest", &dir)?;
+    let saved = outdir::save(
+        &env.layout.bench_results(),
+        "affinity",
+        &stamp,
+        &[
+            (REPORT, &report),
+            (CSV, &affinity_report::csv(&stats, &plan)),
+            (PLOT, &svg),
+        ],
+        &job.dir.join("bench.csv"),
+        SAMPLES,
+    )?;
+    let (dir, latest) = (saved.dir, saved.latest);
 
     println!("{report}");
     println!(

@@ -5,7 +5,7 @@
 //! into a new directory under target/bench/ (`matrix-latest` points at it)
 //! and prints the report.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use std::time::{Instant, SystemTime};
 
 use super::matrix::Plan;
@@ -134,18 +134,19 @@ pub fn run(env: &Env, opts: &MatrixOpts) -> Result<()> {
     );
     let svg = plot::svg(&stats, &plan, &title)?;
 
-    let base = env.layout.bench_results();
-    let dir = outdir::create(&base, &stamp)?;
-    let write = |name: &str, text: &str| {
-        std::fs::write(dir.join(name), text)
-            .with_context(|| format!("writing {}", dir.join(name).display()))
-    };
-    write(REPORT, &report)?;
-    write(CSV, &matrix_report::csv(&stats, &plan))?;
-    write(PLOT, &svg)?;
-    std::fs::copy(job.dir.join("bench.csv"), dir.join(SAMPLES))
-        .context("copying the guest's bench.csv")?;
-    let latest = outdir::point_latest(&base, &dir)?;
+    let saved = outdir::save(
+        &env.layout.bench_results(),
+        "matrix",
+        &stamp,
+        &[
+            (REPORT, &report),
+            (CSV, &matrix_report::csv(&stats, &plan)),
+            (PLOT, &svg),
+        ],
+        &job.dir.join("bench.csv"),
+        SAMPLES,
+    )?;
+    let (dir, latest) = (saved.dir, saved.latest);
 
     println!("{report}");
     println!(

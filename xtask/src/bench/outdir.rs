@@ -1,12 +1,10 @@
-//! Where a `bench matrix` (or `bench affinity`) run leaves its report: a
-//! new directory `matrix-<UTC time>` under the results directory, and the
-//! symlink `matrix-latest` beside it pointing at the newest.
+//! Where a `bench matrix` or `bench affinity` run leaves its report: a new
+//! directory `<name>-<UTC time>` under the results directory (`matrix`,
+//! `affinity`), and the symlink `<name>-latest` beside it pointing at the
+//! newest.
 
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
-
-/// The link to the newest run's directory.
-pub const LATEST: &str = "matrix-latest";
 
 /// Days since 1970-01-01 as (year, month, day), proleptic Gregorian.
 fn civil(days: i64) -> (i64, u32, u32) {
@@ -36,11 +34,6 @@ pub fn utc(secs: u64) -> (String, String) {
     )
 }
 
-/// Creates `base/matrix-<stamp>` (with a suffix if it exists).
-pub fn create(base: &Path, stamp: &str) -> Result<PathBuf> {
-    create_named(base, "matrix", stamp)
-}
-
 /// Creates `base/<name>-<stamp>` (with a suffix if it exists).
 pub fn create_named(base: &Path, name: &str, stamp: &str) -> Result<PathBuf> {
     std::fs::create_dir_all(base).with_context(|| format!("creating {}", base.display()))?;
@@ -54,13 +47,8 @@ pub fn create_named(base: &Path, name: &str, stamp: &str) -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// Points `base/matrix-latest` at `dir` (a relative link, so the tree can
-/// move); returns the link.
-pub fn point_latest(base: &Path, dir: &Path) -> Result<PathBuf> {
-    point_named(base, LATEST, dir)
-}
-
-/// Points `base/<link>` at `dir`, as [`point_latest`] does.
+/// Points `base/<link>` at `dir` (a relative link, so the tree can move);
+/// returns the link.
 pub fn point_named(base: &Path, link: &str, dir: &Path) -> Result<PathBuf> {
     let link = base.join(link);
     if link.symlink_metadata().is_ok() {
@@ -73,6 +61,34 @@ pub fn point_named(base: &Path, link: &str, dir: &Path) -> Result<PathBuf> {
     std::os::unix::fs::symlink(target, &link)
         .with_context(|| format!("linking {}", link.display()))?;
     Ok(link)
+}
+
+/// A run's results, written: their directory and the link to it.
+pub struct Saved {
+    pub dir: PathBuf,
+    pub latest: PathBuf,
+}
+
+/// Writes the results of a `<name>` run: a new `base/<name>-<stamp>` with
+/// `files` (file name, text) and the guest's samples copied from `samples`
+/// as `samples_name`, and `base/<name>-latest` pointing at it.
+pub fn save(
+    base: &Path,
+    name: &str,
+    stamp: &str,
+    files: &[(&str, &str)],
+    samples: &Path,
+    samples_name: &str,
+) -> Result<Saved> {
+    let dir = create_named(base, name, stamp)?;
+    for (file, text) in files {
+        let path = dir.join(file);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    std::fs::copy(samples, dir.join(samples_name))
+        .with_context(|| format!("copying the guest's {}", samples.display()))?;
+    let latest = point_named(base, &format!("{name}-latest"), &dir)?;
+    Ok(Saved { dir, latest })
 }
 
 #[cfg(test)]
@@ -99,19 +115,43 @@ mod tests {
     fn dirs_and_latest() {
         let tmp = tempfile::tempdir().unwrap();
         let base = tmp.path().join("bench");
-        let a = create(&base, "20261201-173005").unwrap();
-        let b = create(&base, "20261201-173005").unwrap();
+        let a = create_named(&base, "matrix", "20261201-173005").unwrap();
+        let b = create_named(&base, "matrix", "20261201-173005").unwrap();
         assert_eq!(a.file_name().unwrap(), "matrix-20261201-173005");
         assert_eq!(b.file_name().unwrap(), "matrix-20261201-173005.2");
         std::fs::write(a.join("matrix.md"), "a").unwrap();
         std::fs::write(b.join("matrix.md"), "b").unwrap();
-        let l = point_latest(&base, &a).unwrap();
+        let l = point_named(&base, "matrix-latest", &a).unwrap();
         assert_eq!(std::fs::read_to_string(l.join("matrix.md")).unwrap(), "a");
-        point_latest(&base, &b).unwrap();
+        point_named(&base, "matrix-latest", &b).unwrap();
         assert_eq!(std::fs::read_to_string(l.join("matrix.md")).unwrap(), "b");
         assert_eq!(
             std::fs::read_link(&l).unwrap(),
             PathBuf::from("matrix-20261201-173005.2")
         );
+    }
+
+    #[test]
+    fn save_writes_files_samples_and_link() {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().join("bench");
+        let samples = tmp.path().join("bench.csv");
+        std::fs::write(&samples, "s").unwrap();
+        let saved = save(
+            &base,
+            "affinity",
+            "20261201-173005",
+            &[("affinity.md", "report"), ("affinity.csv", "csv")],
+            &samples,
+            "samples.csv",
+        )
+        .unwrap();
+        assert_eq!(saved.dir.file_name().unwrap(), "affinity-20261201-173005");
+        assert_eq!(saved.latest, base.join("affinity-latest"));
+        let read = |f: &str| std::fs::read_to_string(saved.latest.join(f)).unwrap();
+        assert_eq!(read("affinity.md"), "report");
+        assert_eq!(read("affinity.csv"), "csv");
+        assert_eq!(read("samples.csv"), "s");
+        assert!(save(&base, "x", "1", &[], &tmp.path().join("none"), "s.csv").is_err());
     }
 }
