@@ -12,12 +12,10 @@
 use crate::uapi::{
     IoDesc, CMD_BUF_OFFSET, IO_DESC_ADDR, IO_DESC_NR_SECTORS, IO_DESC_SIZE, MAX_QUEUE_DEPTH,
 };
+use core::ptr::{self, NonNull};
 use kernel::{
-    mm::virt::VmaNew,
-    page::{Page, PAGE_SIZE},
-    prelude::*,
-    sync::Arc,
-    warn_on,
+    alloc::allocator::Vmalloc, mm::virt::VmaNew, page::PAGE_SIZE, prelude::*, sync::Arc,
+    types::Opaque, warn_on,
 };
 
 /// Size in bytes of the descriptor area of a queue of `depth` io slots of `desc_size` bytes.
@@ -31,19 +29,29 @@ fn area_stride(desc_size: u16) -> usize {
     area_size(MAX_QUEUE_DEPTH, desc_size)
 }
 
-/// The pages that hold the io descriptors of a queue, as the server maps them.
+/// The memory that holds the io descriptors of a queue, as the server maps it.
+///
+/// The driver keeps the area mapped for its whole life (it is `vmalloc` memory), so writing a
+/// descriptor is a plain store; the server maps the same pages read-only.
 ///
 /// # Invariants
 ///
-/// - `pages` hold `area_size(depth, desc_size)` bytes, enough for `depth` descriptors of
-///   `desc_size` bytes, where `depth` is the number of [`DescWriter`]s created with them
-///   ([`new_descs`]).
+/// - `area` holds `area_size(depth, desc_size)` bytes, a whole number of pages, enough for `depth`
+///   descriptors of `desc_size` bytes, where `depth` is the number of [`DescWriter`]s created
+///   with it ([`new_descs`]). Its length never changes.
 /// - `desc_size >= IO_DESC_SIZE`.
-/// - Only the [`DescWriter`]s created with them write to them, each to one descriptor.
+/// - Only the [`DescWriter`]s created with it write to `area`, each to one descriptor, through
+///   the interior mutability of its bytes.
 pub(crate) struct DescPages {
-    pages: KVec<Page>,
+    area: VVec<Opaque<u8>>,
     desc_size: u16,
 }
+
+// SAFETY: A shared `DescPages` gives access to the bytes of its area only in this module: `map`
+// looks up the pages and touches no byte, and a `DescWriter` writes its own descriptor only,
+// through `&mut self`. So no two threads write the same bytes at once, and the driver never reads
+// them.
+unsafe impl Sync for DescPages {}
 
 impl DescPages {
     /// Maps the descriptors of queue `q_id` into `vma`, read-only, if `vma` asks for exactly
@@ -54,40 +62,46 @@ impl DescPages {
         }
         // The descriptors are written by the driver only: no `mprotect()` to writable either.
         vma.try_clear_maywrite()?;
-        if queue_of(vma, self.desc_size)? != q_id
-            || vma.end() - vma.start() != self.pages.len() * PAGE_SIZE
-        {
+        if queue_of(vma, self.desc_size)? != q_id || vma.end() - vma.start() != self.area.len() {
             return Err(EINVAL);
         }
         vma.set_dontexpand();
         let vma = vma.set_mixedmap();
-        for (i, page) in self.pages.iter().enumerate() {
-            vma.vm_insert_page(vma.start() + i * PAGE_SIZE, page)?;
+        for offset in (0..self.area.len()).step_by(PAGE_SIZE) {
+            let Some(byte) = self.area.get(offset) else {
+                break;
+            };
+            // SAFETY: `byte` is in the `vmalloc` allocation of `self.area`, which stays allocated
+            // while `self` is borrowed, longer than the page is used here.
+            let page = unsafe { Vmalloc::to_page(NonNull::from(byte).cast()) };
+            vma.vm_insert_page(vma.start() + offset, &page)?;
         }
         Ok(())
     }
 }
 
-/// Allocates zeroed descriptors of `desc_size` bytes for a queue of `depth` io slots: the pages to
-/// map, and one writer per io slot. `desc_size` below the size of `struct ublksrv_io_desc` is
+/// Allocates zeroed descriptors of `desc_size` bytes for a queue of `depth` io slots: the memory
+/// to map, and one writer per io slot. `desc_size` below the size of `struct ublksrv_io_desc` is
 /// `EINVAL`.
 pub(crate) fn new_descs(depth: u16, desc_size: u16) -> Result<(Arc<DescPages>, KVec<DescWriter>)> {
     if usize::from(desc_size) < IO_DESC_SIZE {
         return Err(EINVAL);
     }
-    let nr_pages = area_size(depth, desc_size) / PAGE_SIZE;
-    let mut pages = KVec::with_capacity(nr_pages, GFP_KERNEL)?;
-    for _ in 0..nr_pages {
-        pages.push(Page::alloc_page(GFP_KERNEL | __GFP_ZERO)?, GFP_KERNEL)?;
+    let size = area_size(depth, desc_size);
+    let mut area = VVec::with_capacity(size, GFP_KERNEL)?;
+    // Zeroed: the server maps whole pages, past the last descriptor too.
+    for _ in 0..size {
+        area.push_within_capacity(Opaque::zeroed())
+            .map_err(|_| ENOMEM)?;
     }
-    // INVARIANT: `nr_pages` pages hold `area_size(depth, desc_size)` bytes, for `depth`
-    // descriptors of `desc_size` bytes; `desc_size` was checked above.
-    let pages = Arc::new(DescPages { pages, desc_size }, GFP_KERNEL)?;
+    // INVARIANT: `area` holds `area_size(depth, desc_size)` bytes, for `depth` descriptors of
+    // `desc_size` bytes; `desc_size` was checked above.
+    let pages = Arc::new(DescPages { area, desc_size }, GFP_KERNEL)?;
     let mut writers = KVec::with_capacity(depth.into(), GFP_KERNEL)?;
     for tag in 0..depth {
         // INVARIANT: `tag < depth`, so `(tag + 1) * desc_size <= depth * desc_size`, which is at
-        // most `area_size(depth, desc_size)`, the size of the pages; and this is the only writer
-        // created for `tag`: the pages are new, and no other function creates a `DescWriter`.
+        // most `area_size(depth, desc_size)`, the size of the area; and this is the only writer
+        // created for `tag`: the area is new, and no other function creates a `DescWriter`.
         writers.push(
             DescWriter {
                 pages: pages.clone(),
@@ -106,7 +120,7 @@ pub(crate) fn new_descs(depth: u16, desc_size: u16) -> Result<(Arc<DescPages>, K
 ///
 /// # Invariants
 ///
-/// - `(tag + 1) * pages.desc_size <= pages.pages.len() * PAGE_SIZE`.
+/// - `(tag + 1) * pages.desc_size <= pages.area.len()`.
 /// - `self` is the only writer of descriptor `tag` of `pages`.
 pub(crate) struct DescWriter {
     pages: Arc<DescPages>,
@@ -117,49 +131,43 @@ impl DescWriter {
     /// Writes the descriptor.
     ///
     /// The server reads it once it is told about the request, after this.
+    #[inline]
     pub(crate) fn write(&mut self, desc: &IoDesc) {
         self.write_at(0, &desc.to_bytes());
     }
 
     /// Changes the number of sectors of the request that the descriptor describes.
+    #[inline]
     pub(crate) fn set_nr_sectors(&mut self, nr_sectors: u32) {
         self.write_at(IO_DESC_NR_SECTORS, &nr_sectors.to_ne_bytes());
     }
 
     /// Changes the address of the buffer that the descriptor names.
+    #[inline]
     pub(crate) fn set_addr(&mut self, addr: u64) {
         self.write_at(IO_DESC_ADDR, &addr.to_ne_bytes());
     }
 
     /// Writes `bytes` at `offset` into the descriptor.
-    fn write_at(&mut self, offset: usize, bytes: &[u8]) {
+    #[inline]
+    fn write_at<const N: usize>(&mut self, offset: usize, bytes: &[u8; N]) {
         // `offset` and `bytes` come from the layout of a descriptor, so they stay in it.
-        if warn_on!(offset + bytes.len() > IO_DESC_SIZE) {
+        if warn_on!(offset + N > IO_DESC_SIZE) {
             return;
         }
-        let mut offset = usize::from(self.tag) * usize::from(self.pages.desc_size) + offset;
-        let mut src = bytes;
-        // A descriptor may cross a page boundary: its size (24 by default) need not divide
-        // `PAGE_SIZE`.
-        while !src.is_empty() {
-            let in_page = offset % PAGE_SIZE;
-            let len = src.len().min(PAGE_SIZE - in_page);
-            // By the type invariants of `Self` and `DescPages`, the pages hold the descriptor.
-            let Some(page) = self.pages.pages.get(offset / PAGE_SIZE) else {
-                warn_on!(true);
-                return;
-            };
-            // SAFETY: `src` is valid for reads of `len` bytes, and `in_page + len` does not pass
-            // the end of the page. By the type invariants, `self` is the only writer of these
-            // bytes, and `&mut self` excludes a concurrent write through it. The server maps the
-            // pages read-only; it may read them at any time, which gives it stale or torn bytes
-            // at worst, and it reads a descriptor only after it is told about the request.
-            let written = unsafe { page.write_raw(src.as_ptr(), in_page, len) };
-            // `write_raw` only fails for a range outside the page, which the above excludes.
-            warn_on!(written.is_err());
-            src = &src[len..];
-            offset += len;
-        }
+        let start = usize::from(self.tag) * usize::from(self.pages.desc_size) + offset;
+        // By the type invariants, the area holds the descriptor; this check is never true.
+        let Some(dst) = self.pages.area.get(start..start + N) else {
+            warn_on!(true);
+            return;
+        };
+        // SAFETY: `dst` is `N` bytes of the area, which `Opaque` lets a shared borrow write, and
+        // `bytes` is valid for reads of `N` bytes and no part of the area. By the type invariants,
+        // `self` is the only writer of these bytes, and `&mut self` excludes a concurrent write
+        // through it. The server maps the area read-only; it may read it at any time, which gives
+        // it stale or torn bytes at worst, and it reads a descriptor only after it is told about
+        // the request.
+        unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), Opaque::cast_into(dst.as_ptr()), N) };
     }
 }
 
