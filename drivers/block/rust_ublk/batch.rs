@@ -530,9 +530,11 @@ pub(crate) fn queue_rq(queue: &Arc<Queue>, rq: ARef<Rq>, last: bool) {
         }
         None => return refuse(queue, served),
     };
+    // A request that the UAPI cannot describe (an operation it has no code for, a zone operation
+    // of a disk that is not zoned, a driver request that is not a zone report) is an I/O error.
     let Some(desc) = describe(&served, io.addr()) else {
         drop(io);
-        return served.finish(queue, EOPNOTSUPP.to_errno(), 0);
+        return served.finish(queue, EIO.to_errno(), 0);
     };
     if let Err(served) = io.enqueue(served, &desc) {
         // Held in `Prepared`, which takes a request.

@@ -82,9 +82,11 @@ pub(crate) fn dispatch<'a>(queue: &'a Arc<Queue>, rq: ARef<Rq>, batch: &mut Opti
         }
         None => return refuse(queue, served),
     };
+    // A request that the UAPI cannot describe (an operation it has no code for, a zone operation
+    // of a disk that is not zoned, a driver request that is not a zone report) is an I/O error.
     let Some(desc) = describe(&served, io.addr()) else {
         drop(io);
-        return served.finish(queue, EOPNOTSUPP.to_errno(), 0);
+        return served.finish(queue, EIO.to_errno(), 0);
     };
     if let Err(served) = io.dispatch(served, &desc) {
         // Held in `Fetched`, which takes a request.

@@ -30,10 +30,10 @@
 //!   slot (its commands and their task work), and by the paths that tear the queue down
 //!   ([`crate::teardown`]). The user copies and buffer registrations of the server's threads
 //!   ([`crate::usercopy`], [`crate::zerocopy`]) and io_uring's release of registered buffers
-//!   only take the slot's lending lock. Beside those, a queue has the lock of its lost requests
-//!   (below) and, with batch io, that of its event queue, both leaf locks. Requests of different
-//!   tags, and so submitters on different CPUs, never touch the same slot, but for that link
-//!   within a plug.
+//!   only count in the slot's lending word ([`crate::slot::Lending`]). Beside those, a queue
+//!   has the lock of its lost requests (below) and, with batch io, that of its event queue, both
+//!   leaf locks. Requests of different tags, and so submitters on different CPUs, never touch
+//!   the same slot, but for that link within a plug.
 //! - A request has exactly one owner from `queue_rq` or `queue_rqs` until it ends: a [`Served`]
 //!   value, which is not `Clone`. It is kept in the slot (parked there once ended while lent,
 //!   below), or taken out of it by the holder that works on it (the copies of a write's and a

@@ -66,6 +66,11 @@ impl DescPages {
             return Err(EINVAL);
         }
         vma.set_dontexpand();
+        // Not memory that the server may pin (`get_user_pages()` fails on an I/O mapping): the
+        // driver keeps writing it, and no buffer of the server's I/O lies in it. Nor is it part
+        // of a core dump.
+        vma.set_io();
+        vma.set_dontdump();
         let vma = vma.set_mixedmap();
         for offset in (0..self.area.len()).step_by(PAGE_SIZE) {
             let Some(byte) = self.area.get(offset) else {
@@ -88,12 +93,11 @@ pub(crate) fn new_descs(depth: u16, desc_size: u16) -> Result<(Arc<DescPages>, K
         return Err(EINVAL);
     }
     let size = area_size(depth, desc_size);
-    let mut area = VVec::with_capacity(size, GFP_KERNEL)?;
     // Zeroed: the server maps whole pages, past the last descriptor too.
-    for _ in 0..size {
-        area.push_within_capacity(Opaque::zeroed())
-            .map_err(|_| ENOMEM)?;
-    }
+    let mut area = VVec::<Opaque<u8>>::with_capacity(size, GFP_KERNEL | __GFP_ZERO)?;
+    // SAFETY: The capacity is at least `size`, and the allocation is zeroed (`__GFP_ZERO`): the
+    // first `size` elements are initialized.
+    unsafe { area.inc_len(size) };
     // INVARIANT: `area` holds `area_size(depth, desc_size)` bytes, for `depth` descriptors of
     // `desc_size` bytes; `desc_size` was checked above.
     let pages = Arc::new(DescPages { area, desc_size }, GFP_KERNEL)?;

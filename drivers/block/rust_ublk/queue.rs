@@ -441,9 +441,20 @@ impl mq::Operations for DiskOps {
     fn queue_rqs(queues: ArcBorrow<'_, Queues>, rqs: &mut RqList<'_, Self>) {
         let queues = &*queues;
         let mut batch = None;
+        // The last `UBLK_F_BATCH_IO` queue that got a tag and was not kicked yet.
+        let mut unkicked: Option<&Arc<Queue>> = None;
         for rq in rqs {
             match queues.get(rq.queue_index() as usize) {
-                Ok(queue) if queue.events.is_some() => batch::queue_rq(queue, rq, false),
+                Ok(queue) if queue.events.is_some() => {
+                    batch::queue_rq(queue, rq, false);
+                    // The tags queued go to the server's fetch commands: a queue is kicked once
+                    // the requests of the list move on to another queue, and at the end.
+                    if let Some(last) = unkicked.replace(queue) {
+                        if !Arc::ptr_eq(last, queue) {
+                            batch::kick(last);
+                        }
+                    }
+                }
                 Ok(queue) => dispatch::dispatch(queue, rq, &mut batch),
                 // The tag set has a hardware queue per ublk queue.
                 Err(e) => {
@@ -456,9 +467,8 @@ impl mq::Operations for DiskOps {
         if let Some(batch) = batch {
             batch.submit();
         }
-        // The tags queued above go to the server's fetch commands.
-        for queue in queues.iter() {
-            batch::kick(queue);
+        if let Some(last) = unkicked {
+            batch::kick(last);
         }
     }
 

@@ -66,25 +66,18 @@
 //!      the queues' states that a cancellation sets under `canceled`.
 //! 6. `UblkDevice::server_mm` (spinlock): the address space of the server. Taken by `mmap`, under
 //!    the mmap lock.
-//! 7. [`slot::Lending`] (spinlock, one per io slot): the request that the slot may lend to user
-//!    copies and registered buffers, what it lent, and the request parked until they give it
-//!    back. Taken by the lenders (`read_iter`/`write_iter` of any server thread, buffer
-//!    registrations), by io_uring's release of a registered buffer (process context, with that
-//!    ring's lock), by the holder of the slot when the server gets the request, and when the
-//!    request is settled (not in copy mode, which lends nothing); innermost: nothing is ended
-//!    under it.
-//! 8. [`batch::EventQueue`] (spinlock, one per queue of a device with `UBLK_F_BATCH_IO`): the tags
+//! 7. [`batch::EventQueue`] (spinlock, one per queue of a device with `UBLK_F_BATCH_IO`): the tags
 //!    of the requests that wait for the server's fetch commands, and those commands. A tag goes in
 //!    once its io slot is queued and let go, so no io slot is held under it; innermost: nothing
 //!    is completed, handed to task work or copied under it.
-//! 9. The server of an unprivileged device ([`unpriv::Unprivileged`], spinlock): the process that
+//! 8. The server of an unprivileged device ([`unpriv::Unprivileged`], spinlock): the process that
 //!    a request that timed out kills. Taken under the device lock by `open` and `release` of
 //!    `/dev/ublkcN`, or alone by blk-mq's timeout work; innermost: the process is signalled, and
 //!    references to tasks are put, after it is dropped.
 //!
 //! An io slot ([`slot::Slot`]) is not a lock, and nothing waits for it: its holders (blk-mq's
 //! `queue_rq`, the server's commands and their task work, cancellation and teardown) may take
-//! locks 7 and 8 and sleep while they hold it (user memory is copied, buffers are registered);
+//! lock 7 and sleep while they hold it (user memory is copied, buffers are registered);
 //! commands are completed, requests ended and task references put after the slot is let go. No
 //! context holds two slots at once.
 

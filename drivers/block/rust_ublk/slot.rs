@@ -58,9 +58,10 @@
 //! go ([`Held::rearm`]).
 //!
 //! A request that the server serves may be lent to user copies and registered buffers, which
-//! give it back from any context. Lending does not hold the slot: the request, what was lent of
-//! it and the request parked until it comes back are under a small lock of their own
-//! ([`Lending`]), which copy mode, where nothing is lent, never takes.
+//! give it back from any context. Lending does not hold the slot: how many references are out is
+//! an atomic word of its own ([`Lending`]), beside the reference to lend from and the request
+//! parked until they come back, which that word hands from one context to the next. Copy mode,
+//! where nothing is lent, never touches it.
 
 use crate::{
     io::{Ending, Served},
@@ -74,12 +75,11 @@ use kernel::{
     block::{ReqOp, SECTOR_SHIFT},
     current,
     io_uring::{QueuedIoUringCmd, RingId},
-    new_spinlock,
     prelude::*,
     sync::{
         aref::ARef,
-        atomic::{Atomic, Full, Relaxed, Release},
-        rcu, SpinLock,
+        atomic::{Acquire, Atomic, Full, Relaxed, Release},
+        rcu,
     },
     task::Task,
     warn_on,
@@ -590,24 +590,238 @@ impl Io {
 
 /// What an io slot lent of its request, and the request that waits for it to come back.
 ///
+/// The request that the server serves is lent to user copies and registered buffers, from any
+/// context, beside the slot's holder and the request's owner (the context that holds its
+/// [`Served`]). How many references are out and two flags are one atomic word; the reference to
+/// lend from and the request that waits for the references to come back are kept beside it, and
+/// that word says who may reach them. Lending and giving back are one atomic exchange each.
+///
 /// # Invariants
 ///
-/// - `lendable` is `Some` from the moment the server is given a request with data until the
-///   request is settled, put aside, or taken back: it is the slot's request.
-/// - `lent` counts the references to the slot's request that [`Slot::lend`] and
-///   [`Held::lend_auto`] handed out and that were not given back yet.
-/// - `lent > 0` while `parked` is `Some`, and the parked request is the slot's only request: it
-///   keeps its tag, so no other request reaches the slot until it ends. A request is parked from
-///   the phase that follows its commit or failure (`Committing`, `Prepared`, `Fetched`,
-///   `Aborted`, or `Idle` once the server is gone), until the last reference comes back.
-/// - `lendable` is `None` and `lent` is 0 in a slot that does not lend (`Slot::lends`).
+/// Let `count` be `word & COUNT`.
+/// - `count` is the number of references to the slot's request that [`Lending::lend`] and
+///   [`Lending::lend_auto`] handed out and that were not given back yet.
+/// - While `OPEN` is set, `lendable` holds a reference to the slot's request, which the server
+///   serves.
+/// - `lendable` is read by [`Lending::lend`] only after it counted a reference while `OPEN` was
+///   set, until that reference is given back, and by the request's owner. It is written by the
+///   request's owner only while it is `None` and `OPEN` is clear, and emptied only by the context
+///   that finds `count` at 0 with `OPEN` clear and takes the request over: its owner
+///   ([`Lending::close`]), or, for a parked request, the last [`Lending::give_back`]. So it holds
+///   the slot's request while a counted reference is out, and is not written while it is read.
+/// - `PARKED` is set only while `OPEN` is clear and `count > 0`: `parked` then holds the slot's
+///   request, which ended while it was lent, with its result recorded, and only the
+///   [`Lending::give_back`] that brings `count` to 0 takes it. The parked request keeps its tag,
+///   so no other request reaches the slot until it ends. While `PARKED` is clear, only the
+///   request's owner reaches `parked`, which is `None` but while [`Lending::settle`] runs.
+/// - `word` is 0 and both cells are `None` in a slot that does not lend (`Slot::lends`).
 pub(crate) struct Lending {
+    word: Atomic<u32>,
     /// A reference to the request that the server serves, with data, which the slot may lend.
-    lendable: Option<ARef<Rq>>,
-    lent: u32,
+    lendable: UnsafeCell<Option<ARef<Rq>>>,
     /// The request, with its result recorded, that ended while it was lent: the last user of it
     /// ends it.
-    parked: Option<Served>,
+    parked: UnsafeCell<Option<Served>>,
+}
+
+// SAFETY: The cells are reached as the type invariants say: by one context at a time for writes
+// (the request's owner, or the one context that takes a parked request over), with the word's
+// atomic exchanges ordering the hand-overs (release when the reference to lend from or the parked
+// request is published, acquire when it is reached), and shared reads of `lendable` only while no
+// one writes it. What they hold may move between threads (`ARef<Rq>` and `Served` are `Send`).
+unsafe impl Sync for Lending {}
+
+impl Lending {
+    /// The slot lends its request: [`Lending::lend`] may count one more reference.
+    const OPEN: u32 = 1 << 31;
+    /// The request ended while it was lent, and waits in `parked` for the last reference.
+    const PARKED: u32 = 1 << 30;
+    /// The bits of the word that count the references lent.
+    const COUNT: u32 = Self::PARKED - 1;
+
+    fn new() -> Self {
+        // INVARIANT: Nothing is lent or parked.
+        Self {
+            word: Atomic::new(0),
+            lendable: UnsafeCell::new(None),
+            parked: UnsafeCell::new(None),
+        }
+    }
+
+    /// Changes the word with `change`, which gets its value and returns the new one, or `None` to
+    /// leave it as it is: a fully ordered exchange, or, if it is left, an acquire read. Returns the
+    /// value it changed, or left.
+    #[inline]
+    fn update(&self, mut change: impl FnMut(u32) -> Option<u32>) -> u32 {
+        let mut cur = self.word.load(Acquire);
+        loop {
+            let Some(new) = change(cur) else {
+                return cur;
+            };
+            match self.word.cmpxchg(cur, new, Full) {
+                Ok(_) => return cur,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// The slot lends `served`, the request that the server gets, from now on. Called by the
+    /// request's owner, which delivers it.
+    fn open(&self, served: &Served) {
+        // SAFETY: The owner reads `lendable`, which is only written by the owner, and emptied by
+        // a context that takes over a parked request: this one is not parked, its owner holds it.
+        let cur = unsafe { &*self.lendable.get() };
+        match cur {
+            // A delivery of the same request that was undone (`UBLK_F_BATCH_IO`) left it for the
+            // references lent then; it stays until the request ends.
+            Some(rq) => {
+                warn_on!(!core::ptr::eq::<Rq>(&**rq, &**served));
+            }
+            None => {
+                let rq = served.lend_ref();
+                // The reference counted is released by the exchange below; an earlier one was not.
+                if warn_on!(self.word.load(Relaxed) & Self::OPEN != 0) {
+                    return;
+                }
+                // SAFETY: `lendable` is `None` and `OPEN` is clear: by the type invariants, no
+                // lender reads it (one that counted while `OPEN` was set finds it `Some` until
+                // its reference is back), and the owner, this context, is the only writer.
+                unsafe { *self.lendable.get() = Some(rq) };
+            }
+        }
+        // INVARIANT: `lendable` holds the request that the server gets, before `OPEN` is set.
+        self.update(|cur| Some(cur | Self::OPEN));
+    }
+
+    /// Lends a reference to the request that the server serves; `EINVAL` if the slot does not
+    /// lend one now.
+    #[inline]
+    fn lend(&self) -> Result<ARef<Rq>> {
+        let old = self.update(|cur| {
+            if cur & Self::OPEN == 0 || cur & Self::COUNT == Self::COUNT {
+                None
+            } else {
+                Some(cur + 1)
+            }
+        });
+        if old & Self::OPEN == 0 {
+            return Err(EINVAL);
+        }
+        // Each lender holds a reference to a request with a tag: never that many.
+        if warn_on!(old & Self::COUNT == Self::COUNT) {
+            return Err(EBUSY);
+        }
+        // SAFETY: This context counted a reference while `OPEN` was set, which it gives back only
+        // after this returns: by the type invariants, `lendable` holds the slot's request and is
+        // not written meanwhile. The exchange above was fully ordered, after the one that set
+        // `OPEN` once `lendable` was written.
+        let lendable = unsafe { &*self.lendable.get() };
+        match lendable {
+            // INVARIANT: Counted above, until it is given back.
+            Some(rq) => Ok(rq.clone()),
+            // Never: see above. The count stays, and the request ends only when the device goes.
+            None => {
+                warn_on!(true);
+                Err(EINVAL)
+            }
+        }
+    }
+
+    /// Counts a reference to the request, which its owner hands out itself (to the automatic
+    /// registration of its buffer), whether the slot lends it or not yet.
+    fn lend_auto(&self) {
+        // INVARIANT: The caller hands out one reference, given back with `give_back` or
+        // `unlend_auto`.
+        let old = self.update(|cur| (cur & Self::COUNT != Self::COUNT).then_some(cur + 1));
+        warn_on!(old & Self::COUNT == Self::COUNT);
+    }
+
+    /// Takes back the count of a reference that [`Lending::lend_auto`] counted and that the
+    /// owner got back (the registration failed and dropped it).
+    fn unlend_auto(&self) {
+        // The owner holds the request: it is not parked, so the count reaches 0 with no one to
+        // end it, as it should.
+        let old = self.update(|cur| (cur & Self::COUNT != 0).then(|| cur - 1));
+        warn_on!(old & Self::COUNT == 0);
+    }
+
+    /// The slot lends nothing more of its request. Returns whether something lent is still out;
+    /// if nothing is, the reference to lend from goes. Called by the request's owner.
+    fn close(&self) -> bool {
+        let old = self.update(|cur| (cur & Self::OPEN != 0).then_some(cur & !Self::OPEN));
+        let lent = old & Self::COUNT > 0;
+        if !lent {
+            // SAFETY: `OPEN` is clear and `count` was 0 with it: no lender reads `lendable`, and
+            // none counts one more until its owner, this context, opens it again.
+            drop(unsafe { (*self.lendable.get()).take() });
+        }
+        lent
+    }
+
+    /// Records the result of `served`, the slot's request, and returns it to be ended now,
+    /// unless something lent of it is still out: then it is parked, and the last reference given
+    /// back ends it. The slot lends no more of it.
+    fn settle(&self, served: Served, error: i32, bytes: u32) -> Option<Ending> {
+        if !self.close() {
+            return Some(Ending::new(served, error, bytes));
+        }
+        served.record(error, bytes);
+        // SAFETY: `PARKED` is clear (the owner, this context, sets it below), so by the type
+        // invariants only the owner reaches `parked`.
+        let parked = unsafe { &mut *self.parked.get() };
+        // A slot has one request at a time: none is parked yet.
+        warn_on!(parked.is_some());
+        *parked = Some(served);
+        // INVARIANT: `parked` holds the request before `PARKED` is set, with `count > 0`.
+        let old = self.update(|cur| (cur & Self::COUNT > 0).then_some(cur | Self::PARKED));
+        if old & Self::COUNT > 0 {
+            return None;
+        }
+        // Everything lent came back meanwhile, and the request was not parked.
+        self.take_over()
+    }
+
+    /// Gives back a reference that [`Lending::lend`] or [`Lending::lend_auto`] counted, which the
+    /// caller dropped. Returns the parked request if this was its last reference out: the caller
+    /// ends it.
+    fn give_back(&self) -> Option<Ending> {
+        let old = self.update(|cur| match cur & Self::COUNT {
+            0 => None,
+            // INVARIANT: The last reference of a parked request: the word is reset for the slot's
+            // next request, and this context takes it over.
+            1 if cur & Self::PARKED != 0 => Some(0),
+            _ => Some(cur - 1),
+        });
+        // Every reference lent is counted, and given back once.
+        if warn_on!(old & Self::COUNT == 0) {
+            return None;
+        }
+        if old & Self::COUNT == 1 && old & Self::PARKED != 0 {
+            self.take_over()
+        } else {
+            None
+        }
+    }
+
+    /// Takes the request over once `count` reached 0 with `OPEN` clear, for the context that saw
+    /// it reach 0: the owner of a request that was not parked, or the last lender of a parked
+    /// one. Returns the request to end.
+    fn take_over(&self) -> Option<Ending> {
+        // SAFETY: The caller saw `count` at 0 with `OPEN` clear, with acquire ordering (a fully
+        // ordered exchange, or an acquire read): every earlier reader of `lendable` gave its
+        // reference back before, and no lender counts one more. By the type invariants, this
+        // context is the only one to reach `lendable`, and `parked` (written before `PARKED` by the
+        // owner's exchange, which came before, or by the caller itself).
+        let (lendable, parked) = unsafe { (&mut *self.lendable.get(), &mut *self.parked.get()) };
+        // The reference to lend from goes first: ending the request needs its only reference.
+        drop(lendable.take());
+        parked.take().map(Ending::recorded)
+    }
+
+    /// Returns whether user copies or registered buffers hold the slot's request.
+    fn is_lent(&self) -> bool {
+        self.word.load(Relaxed) & Self::COUNT > 0
+    }
 }
 
 /// An io slot: the state of one tag of a queue.
@@ -626,8 +840,7 @@ pub(crate) struct Slot {
     io: UnsafeCell<Io>,
     /// Whether the slot lends its requests: the server reaches their data itself.
     lends: bool,
-    #[pin]
-    lending: SpinLock<Lending>,
+    lending: Lending,
 }
 
 // SAFETY: `io` is only reached through the one `Held` that holds the slot, which the atomic
@@ -654,18 +867,13 @@ impl Slot {
     /// Returns the initializer of an io slot whose io descriptor `desc` writes, which fails with
     /// `EINVAL` if there is none. The slot lends its requests if `lends`.
     pub(crate) fn new(desc: Option<DescWriter>, lends: bool) -> impl PinInit<Self, Error> {
-        let lending = Lending {
-            lendable: None,
-            lent: 0,
-            parked: None,
-        };
         // INVARIANT: The slot is idle and not held, names no thread, and lent nothing.
         try_pin_init!(Self {
             state: Atomic::new(Phase::Idle.word()),
             task: ThreadId(Atomic::new(core::ptr::null())),
             io: UnsafeCell::new(Io::new(desc.ok_or(EINVAL)?)),
             lends,
-            lending <- new_spinlock!(lending, "ublk_lending"),
+            lending: Lending::new(),
         }? Error)
     }
 
@@ -723,11 +931,11 @@ impl Slot {
     /// still get it, and the request then ends when the copy gives it back, as the C driver's
     /// reference count allows until the commit drops its own.
     pub(crate) fn lend(&self) -> Result<ARef<Rq>> {
-        let mut lending = self.lending.lock();
-        let rq = lending.lendable.clone().ok_or(EINVAL)?;
-        // INVARIANT: The slot counts this reference in `lent` until it is given back.
-        lending.lent += 1;
-        Ok(rq)
+        // Nothing is lent in a slot that does not lend (type invariants of `Lending`).
+        if !self.lends {
+            return Err(EINVAL);
+        }
+        self.lending.lend()
     }
 
     /// Records the result of `served`, the slot's request, which its holder took from it, and
@@ -738,41 +946,23 @@ impl Slot {
     /// that the request frees when it ends finds the slot ready for the next request; the paths
     /// that fail a request whose server is gone may call it while they hold the slot.
     #[must_use = "the request that this returns must be ended"]
+    #[inline]
     pub(crate) fn settle(&self, served: Served, error: i32, bytes: u32) -> Option<Ending> {
         if !self.lends {
             return Some(Ending::new(served, error, bytes));
         }
-        let mut lending = self.lending.lock();
-        // The reference to lend from goes first, under the lock: the last lender may end a
-        // parked request as soon as the lock is dropped, and ending needs its only reference.
-        // `served` holds another, so this is not the last one.
-        drop(lending.lendable.take());
-        // A slot has one request at a time, so none is parked yet.
-        if lending.lent == 0 || warn_on!(lending.parked.is_some()) {
-            return Some(Ending::new(served, error, bytes));
-        }
-        served.record(error, bytes);
-        // INVARIANT: `lent > 0`, and `served` is the slot's request.
-        lending.parked = Some(served);
-        None
+        self.lending.settle(served, error, bytes)
     }
 
     /// The slot lends nothing more of its request, which no longer is the server's. Returns
     /// whether something lent of it is still out.
     fn stop_lending(&self) -> bool {
-        if !self.lends {
-            return false;
-        }
-        let mut lending = self.lending.lock();
-        // Not the last reference: the caller holds the request.
-        drop(lending.lendable.take());
-        lending.lent > 0
+        self.lends && self.lending.close()
     }
 
     /// Returns whether user copies or registered buffers hold the slot's request.
     pub(crate) fn is_lent(&self) -> bool {
-        // Nothing is lent in a slot that does not lend (type invariants of `Lending`).
-        self.lends && self.lending.lock().lent > 0
+        self.lends && self.lending.is_lent()
     }
 
     /// Takes back a reference that [`Slot::lend`] or [`Held::lend_auto`] lent, which the caller
@@ -780,17 +970,11 @@ impl Slot {
     /// ends it.
     #[must_use = "the request that this returns must be ended"]
     pub(crate) fn give_back(&self) -> Option<Ending> {
-        let mut lending = self.lending.lock();
-        // Every reference lent is counted, and given back once.
-        if warn_on!(lending.lent == 0) {
+        // Only a slot that lends lent something.
+        if warn_on!(!self.lends) {
             return None;
         }
-        lending.lent -= 1;
-        if lending.lent == 0 {
-            lending.parked.take().map(Ending::recorded)
-        } else {
-            None
-        }
+        self.lending.give_back()
     }
 }
 
@@ -861,18 +1045,15 @@ impl Held<'_> {
             return None;
         }
         // The command is taken back, unless a teardown or a cancellation took it (the slot is
-        // `Aborted` then, and they complete it). Whoever else holds a fetched slot of a queue
-        // that is not served lets go of it at once, without sleeping: `queue_rq`, which reads
-        // the state again once it holds the slot, and refuses.
-        loop {
-            if let Some(mut io) = slot.hold(Phase::Fetched) {
-                return io.abort_fetch(|_| true);
-            }
-            match slot.phase() {
-                None | Some(Phase::Fetched) => core::hint::spin_loop(),
-                Some(_) => return None,
-            }
-        }
+        // `Aborted` then, and they complete it), or someone holds the slot right now. Nothing
+        // waits for that holder: it is a teardown or a cancellation, which complete the command,
+        // or a `queue_rq` that read the state as served before it held the slot, so it started
+        // before the state changed. A teardown that changed it waits for an RCU grace period, in
+        // which that `queue_rq` ends, before it visits the slots and takes the command; io_uring's
+        // cancellation, which changes it without waiting, asks to cancel the command (queued as
+        // cancelable) until it is completed.
+        let mut io = slot.hold(Phase::Fetched)?;
+        io.abort_fetch(|_| true)
     }
 
     /// As [`Held::rearm`], with the slot's buffer.
@@ -911,9 +1092,8 @@ impl Held<'_> {
     /// buffer that the driver registers with the server's ring (`UBLK_F_AUTO_BUF_REG`). Returns
     /// it with the index to register it at.
     pub(crate) fn lend_auto(&mut self, served: &Served) -> (ARef<Rq>, u16) {
-        // INVARIANT: The slot counts this reference in `lent` until it is given back; only a
-        // queue with `UBLK_F_AUTO_BUF_REG` lends it.
-        self.slot.lending.lock().lent += 1;
+        // Only a queue with `UBLK_F_AUTO_BUF_REG` calls this, whose slots lend.
+        self.slot.lending.lend_auto();
         (served.lend_ref(), self.auto_reg.index)
     }
 
@@ -926,11 +1106,7 @@ impl Held<'_> {
             // The slot may have lent others (a buffer that an earlier delivery of a batch
             // registered, whose completion could not be posted), which keep the request until
             // they are given back.
-            None => {
-                let mut lending = self.slot.lending.lock();
-                warn_on!(lending.lent == 0);
-                lending.lent = lending.lent.saturating_sub(1);
-            }
+            None => self.slot.lending.unlend_auto(),
         }
     }
 
@@ -997,11 +1173,8 @@ impl Held<'_> {
     fn start_lending(&self, served: &Served) {
         // Only reads and writes, zone appends and reports have data.
         if self.slot.lends && zoned::has_data(served.op()) {
-            let rq = served.lend_ref();
-            // INVARIANT: `served` is the slot's request, which the server gets; it was not lent
-            // from before.
-            let old = self.slot.lending.lock().lendable.replace(rq);
-            warn_on!(old.is_some());
+            // The holder owns `served`, the slot's request, which the server gets.
+            self.slot.lending.open(served);
         }
     }
 

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use super::cpu;
 use super::matrix::{BlkDriver, Cell, Plan, Rw};
 use super::samples::{by_round, kiops, Samples};
-use super::stats::{round_ratios, Summary};
+use super::stats::{round_ratios, times, OverCells, Summary};
 use crate::markdown;
 
 /// The section of the guest's samples.
@@ -90,6 +90,58 @@ fn rust_c_ratio(c: Option<&CellStats>, rust: Option<&CellStats>) -> Option<(f64,
     let (c, rust) = (c?, rust?);
     let s = Summary::of(&round_ratios(&c.iops, &rust.iops))?;
     Some((s.median, s.min, s.max))
+}
+
+/// The Rust/C ratio of a cell's guest CPU time per I/O: the median of the
+/// per-round ratios, and their spread.
+fn rust_c_cpu_ratio(c: Option<&CellStats>, rust: Option<&CellStats>) -> Option<(f64, f64, f64)> {
+    let (c, rust) = (c?, rust?);
+    let s = Summary::of(&round_ratios(&c.cpu_us, &rust.cpu_us))?;
+    Some((s.median, s.min, s.max))
+}
+
+fn ratio_text(r: Option<(f64, f64, f64)>) -> String {
+    match r {
+        Some((m, lo, hi)) => format!("{} ({}-{})", times(m), times(lo), times(hi)),
+        None => "-".to_string(),
+    }
+}
+
+/// Over the cells that both ublk drivers ran: the Rust/C ratios of CPU
+/// per I/O and of IOPS (each cell's the median of its per-round ratios).
+fn over_cells(stats: &[CellStats], plan: &Plan) -> (Option<OverCells>, Option<OverCells>) {
+    let (mut cpu, mut iops) = (Vec::new(), Vec::new());
+    for (rw, q, qd) in rows(plan) {
+        let (c, r) = (
+            find(stats, BlkDriver::C, rw, q, qd),
+            find(stats, BlkDriver::Rust, rw, q, qd),
+        );
+        if let Some((m, _, _)) = rust_c_cpu_ratio(c, r) {
+            cpu.push(m);
+        }
+        if let Some((m, _, _)) = rust_c_ratio(c, r) {
+            iops.push(m);
+        }
+    }
+    (OverCells::of(&cpu), OverCells::of(&iops))
+}
+
+/// The summary line of the Rust/C ratios over the cells.
+fn over_cells_text(cpu: Option<OverCells>, iops: Option<OverCells>) -> String {
+    let part = |what: &str, o: Option<OverCells>, at: &str, k: fn(&OverCells) -> usize| match o {
+        Some(o) => format!(
+            "{what} Rust/C median {}, {} of {} cells {at} 1.00x",
+            times(o.median),
+            k(&o),
+            o.n
+        ),
+        None => format!("{what} Rust/C: no cell with both drivers"),
+    };
+    format!(
+        "Over the cells: {}; {}.",
+        part("CPU per I/O", cpu, "at most", |o| o.at_most_one),
+        part("IOPS", iops, "at least", |o| o.at_least_one)
+    )
 }
 
 /// How the run was made, for the report's header.
@@ -227,22 +279,36 @@ pub fn markdown(
                 find(stats, BlkDriver::C, rw, q, qd),
                 find(stats, BlkDriver::Rust, rw, q, qd),
             );
-            cells.push(match r {
-                Some((m, lo, hi)) => format!("{m:.2}x ({lo:.2}x-{hi:.2}x)"),
-                None => "-".to_string(),
-            });
+            cells.push(ratio_text(r));
         }
         out += &markdown::row(&cells);
     }
 
     out += &format!("\n### Guest CPU time per I/O in microseconds, median of {rounds} rounds\n\n");
-    out += &markdown::header(&table_titles(drivers));
+    let mut titles = table_titles(drivers);
+    if both_ublk {
+        titles.push("Rust/C".to_string());
+    }
+    out += &markdown::header(&titles);
     for (rw, q, qd) in rows(plan) {
         let mut cells = vec![rw.id().to_string(), q.to_string(), qd.to_string()];
         for &d in drivers {
             cells.push(cpu_text(find(stats, d, rw, q, qd)));
         }
+        if both_ublk {
+            cells.push(ratio_text(rust_c_cpu_ratio(
+                find(stats, BlkDriver::C, rw, q, qd),
+                find(stats, BlkDriver::Rust, rw, q, qd),
+            )));
+        }
         out += &markdown::row(&cells);
+    }
+    if both_ublk {
+        let (cpu, iops) = over_cells(stats, plan);
+        out += &format!(
+            "\n{} (Rust/C of a cell: the median of its per-round ratios, smallest-largest.)\n",
+            over_cells_text(cpu, iops)
+        );
     }
 
     let notes = notes(stats, plan, failures);
@@ -404,6 +470,37 @@ mod tests {
     }
 
     #[test]
+    fn cpu_ratios_over_cells() {
+        // Rust's CPU per I/O in rounds 1 and 2: 40 and 75 us against C's 66.7 and 50.
+        let samples = format!(
+            "{SAMPLES}matrix,rust/randread/qd1/q1/busy_ticks,1,120\nmatrix,rust/randread/qd1/q1/ios,1,30000\n\
+             matrix,rust/randread/qd1/q1/busy_ticks,2,225\nmatrix,rust/randread/qd1/q1/ios,2,30000\n"
+        );
+        let p = plan();
+        let s = collect(&parse_csv(&samples), &p, &[]);
+        let find_key = |k: &str| s.iter().find(|s| s.cell.key() == k);
+        let (m, lo, hi) = rust_c_cpu_ratio(
+            find_key("c/randread/qd1/q1"),
+            find_key("rust/randread/qd1/q1"),
+        )
+        .unwrap();
+        // rounds 1 and 2: 40/66.7 = 0.6 and 75/50 = 1.5
+        assert!(
+            (lo - 0.6).abs() < 1e-9 && (hi - 1.5).abs() < 1e-9,
+            "{lo} {hi}"
+        );
+        assert!((m - 1.05).abs() < 1e-9, "{m}");
+        let (cpu, iops) = over_cells(&s, &p);
+        assert_eq!(
+            over_cells_text(cpu, iops),
+            "Over the cells: CPU per I/O Rust/C median 1.05x, 0 of 1 cells at most 1.00x; \
+             IOPS Rust/C median 1.05x, 1 of 1 cells at least 1.00x."
+        );
+        assert_eq!(ratio_text(Some((0.996, 0.5, 2.0))), "1.00x (0.50x-2.00x)");
+        assert_eq!(ratio_text(None), "-");
+    }
+
+    #[test]
     fn failures() {
         let f = parse_failures("rust|2|randwrite/qd16/q2|fio failed (exit 1)\nbad\nc|x|setup|y\n");
         assert_eq!(
@@ -449,7 +546,7 @@ mod tests {
             "{md}"
         );
         assert!(
-            md.contains("| randread | 1 | 1 | 66.7 | - | - | failed |\n"),
+            md.contains("| randread | 1 | 1 | 66.7 | - | - | failed | - |\n"),
             "{md}"
         );
         assert!(
@@ -461,6 +558,11 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("- CPU per I/O `-`:"), "{md}");
+        // Rust's IOPS in rounds 1 and 3, no CPU samples: one cell with an IOPS ratio.
+        assert!(
+            md.contains("\nOver the cells: CPU per I/O Rust/C: no cell with both drivers; IOPS Rust/C median 1.05x, 1 of 1 cells at least 1.00x."),
+            "{md}"
+        );
         // rows: 2 rw x 2 queue counts x 2 iodepths, in both tables
         assert_eq!(md.matches("| randwrite |").count(), 8, "{md}");
     }
