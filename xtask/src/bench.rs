@@ -111,6 +111,13 @@ pub fn run(opts: &BenchOpts) -> Result<()> {
             print!("{}", cover::table(&samples::parse_csv(&text)));
             return Ok(());
         }
+        BenchCmd::Matrix(o) if o.report_from.is_some() => {
+            let dir = o
+                .report_from
+                .as_deref()
+                .unwrap_or(std::path::Path::new("."));
+            return matrix_run::report_from(o, dir);
+        }
         BenchCmd::Cover(o) => &o.kernel,
         BenchCmd::RustVsC(o) => &o.kernel,
         BenchCmd::Matrix(o) => &o.kernel,

@@ -40,9 +40,9 @@ const REPORTS: &[Report] = &[
     Report {
         dir: "xtask/results/bench-matrix",
         link: "matrix.md",
-        what: "`cargo xtask bench matrix`,\n  \
-               C and Rust ublk against null_blk and rnull (IOPS, CPU time per I/O),\n  \
-               with its CSV, samples and plot",
+        what: "`cargo xtask bench matrix --driver c,rust --rounds 7`,\n  \
+               C against Rust ublk (IOPS, CPU time per I/O, their Rust/C ratios\n  \
+               per cell and over the cells), with its CSV, samples and plot",
     },
     Report {
         dir: "xtask/results/rust-vs-c",

@@ -5,7 +5,7 @@
 //! into a new directory under target/bench/ (`matrix-latest` points at it)
 //! and prints the report.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use std::time::{Instant, SystemTime};
 
 use super::matrix::Plan;
@@ -46,6 +46,11 @@ pub struct MatrixOpts {
     /// CPUs).
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     pub queues: Vec<u32>,
+    /// No boot: write the report, CSV and plot of an earlier run again
+    /// from its directory's samples.csv (with the options that run had),
+    /// e.g. after the report gained a column.
+    #[arg(long, value_name = "DIR")]
+    pub report_from: Option<std::path::PathBuf>,
 }
 
 /// The files of a run's directory.
@@ -53,6 +58,64 @@ const REPORT: &str = "matrix.md";
 const CSV: &str = "matrix.csv";
 const PLOT: &str = "matrix.svg";
 const SAMPLES: &str = "samples.csv";
+
+/// `--report-from DIR`: the report, CSV and plot of the run saved in
+/// `dir`, written again there from its samples, with the current report
+/// code. The run's machine and date come from its old report.
+pub fn report_from(opts: &MatrixOpts, dir: &std::path::Path) -> Result<()> {
+    let plan = Plan::new(
+        &opts.drivers,
+        &opts.iodepth,
+        &opts.queues,
+        opts.rounds,
+        opts.runtime,
+    )?;
+    let read = |name: &str| {
+        std::fs::read_to_string(dir.join(name))
+            .with_context(|| format!("reading {}", dir.join(name).display()))
+    };
+    let samples = super::samples::parse_csv(&read(SAMPLES)?);
+    let info = run_info(&read(REPORT)?).with_context(|| {
+        format!(
+            "{}: no 'in one boot on <machine>, <date>; <n> rounds.' line",
+            dir.join(REPORT).display()
+        )
+    })?;
+    // A saved run keeps no failure list: the guest's job directory had it.
+    let stats = matrix_report::collect(&samples, &plan, &[]);
+    let report = matrix_report::markdown(&stats, &plan, &info, &[], PLOT);
+    let title = format!(
+        "ublk drivers vs in-kernel null drivers: fio 4k, {} rounds of {} s, {}, {}",
+        plan.rounds(),
+        plan.runtime(),
+        info.machine,
+        info.date
+    );
+    let svg = plot::svg(&stats, &plan, &title)?;
+    for (name, text) in [
+        (REPORT, &report),
+        (CSV, &matrix_report::csv(&stats, &plan)),
+        (PLOT, &svg),
+    ] {
+        std::fs::write(dir.join(name), text)
+            .with_context(|| format!("writing {}", dir.join(name).display()))?;
+    }
+    println!("{report}");
+    println!("written again: {} ({REPORT}, {CSV}, {PLOT})", dir.display());
+    Ok(())
+}
+
+/// The machine and date of a run, from its report's first line.
+fn run_info(report: &str) -> Option<RunInfo> {
+    let rest = report.split("in one boot on ").nth(1)?;
+    let (head, _) = rest.split_once(" rounds.")?;
+    let (machine_date, _) = head.rsplit_once("; ")?;
+    let (machine, date) = machine_date.rsplit_once(", ")?;
+    Some(RunInfo {
+        machine: machine.to_string(),
+        date: date.to_string(),
+    })
+}
 
 pub fn run(env: &Env, opts: &MatrixOpts) -> Result<()> {
     let started = Instant::now();
@@ -183,4 +246,21 @@ pub fn run(env: &Env, opts: &MatrixOpts) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_info_from_a_report() {
+        let md = "## ublk drivers against the in-kernel null drivers\n\nMeasured with `cargo xtask bench matrix` in one boot on QEMU TCG (software emulation: no vmx/svm in /proc/cpuinfo), 2 vCPUs, 2026-12-06 18:45 UTC; 7 rounds.\n\n- fio";
+        let i = run_info(md).unwrap();
+        assert_eq!(
+            i.machine,
+            "QEMU TCG (software emulation: no vmx/svm in /proc/cpuinfo), 2 vCPUs"
+        );
+        assert_eq!(i.date, "2026-12-06 18:45 UTC");
+        assert!(run_info("no such line").is_none());
+    }
 }
