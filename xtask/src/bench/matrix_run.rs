@@ -59,17 +59,22 @@ const CSV: &str = "matrix.csv";
 const PLOT: &str = "matrix.svg";
 const SAMPLES: &str = "samples.csv";
 
-/// `--report-from DIR`: the report, CSV and plot of the run saved in
-/// `dir`, written again there from its samples, with the current report
-/// code. The run's machine and date come from its old report.
-pub fn report_from(opts: &MatrixOpts, dir: &std::path::Path) -> Result<()> {
-    let plan = Plan::new(
+/// The plan of a run with `opts`.
+fn plan(opts: &MatrixOpts) -> Result<Plan> {
+    Plan::new(
         &opts.drivers,
         &opts.iodepth,
         &opts.queues,
         opts.rounds,
         opts.runtime,
-    )?;
+    )
+}
+
+/// `--report-from DIR`: the report, CSV and plot of the run saved in
+/// `dir`, written again there from its samples, with the current report
+/// code. The run's machine and date come from its old report.
+pub fn report_from(opts: &MatrixOpts, dir: &std::path::Path) -> Result<()> {
+    let plan = plan(opts)?;
     let read = |name: &str| {
         std::fs::read_to_string(dir.join(name))
             .with_context(|| format!("reading {}", dir.join(name).display()))
@@ -119,13 +124,7 @@ fn run_info(report: &str) -> Option<RunInfo> {
 
 pub fn run(env: &Env, opts: &MatrixOpts) -> Result<()> {
     let started = Instant::now();
-    let plan = Plan::new(
-        &opts.drivers,
-        &opts.iodepth,
-        &opts.queues,
-        opts.rounds,
-        opts.runtime,
-    )?;
+    let plan = plan(opts)?;
     let ids: Vec<&str> = plan.drivers.iter().map(|d| d.id()).collect();
     let qds: Vec<String> = plan.base.iodepths.iter().map(u32::to_string).collect();
     let qs: Vec<String> = plan.queues.iter().map(u32::to_string).collect();
