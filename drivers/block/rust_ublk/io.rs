@@ -478,15 +478,16 @@ pub(crate) fn commit_result(queue: &Queue, served: &Served, result: i32) -> Comm
         // Nothing read fails the read.
         Committed::Done(EIO.to_errno(), 0)
     } else if !queue.copies_data() || served.shmem.is_some() {
-        // As in the C driver, a read or a write whose data the server copied itself, or reached
-        // through a registered buffer, ends whole.
+        // A read or a write whose data the server copied itself, or reached through a registered
+        // buffer, ends whole: the result is not a byte count there.
         Committed::Done(0, served.nr_bytes())
     } else if served.op() == ReqOp::Read {
         // CAST: `result` is not negative.
         Committed::CopyRead((result as u32).min(len))
     } else if served.op() == ReqOp::Write {
-        // As in the C driver, the result of a write is not a byte count: the server wrote what
-        // it was told about, all of the request unless its data could only be copied in part.
+        // The result of a write is not a byte count: the server wrote what it was told about,
+        // `len`, all of the request unless its data could only be copied in part. Then only that
+        // part ends, and the rest is dispatched again (`end_request`).
         Committed::Done(0, len)
     } else {
         Committed::Done(0, served.nr_bytes())

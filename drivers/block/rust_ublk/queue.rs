@@ -380,6 +380,13 @@ impl Queues {
 
 /// What a request carries from the server's commit to the end of the request, which may run on
 /// another CPU.
+///
+/// Its fields are stored and loaded `Relaxed`: what orders a store before the load on the CPU
+/// that ends the request is the hand-over itself. `blk_mq_complete_request_remote()` queues the
+/// request on that CPU's completion list with a fully ordered `llist_add()` before it sends an IPI
+/// or raises the softirq that runs `DiskOps::complete`; a parked request's last lender takes it
+/// over through its slot's fully ordered lending word; a request ended inline is read on the CPU
+/// that stored it.
 #[pin_data]
 pub(crate) struct RqResult {
     /// The result, for the context that ends the request after it was recorded ([`RqResult::set`]).
@@ -473,7 +480,8 @@ impl mq::Operations for DiskOps {
     }
 
     fn commit_rqs(queues: ArcBorrow<'_, Queues>) {
-        // blk-mq does not say which hardware queue it means.
+        // The kernel crate's `commit_rqs` does not pass the hardware queue that blk-mq names, so
+        // every queue is kicked; a kick of a queue without new tags finds nothing to hand over.
         for queue in queues.iter() {
             batch::kick(queue);
         }

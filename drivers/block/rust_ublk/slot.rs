@@ -845,12 +845,15 @@ pub(crate) struct Slot {
 
 // SAFETY: `io` is only reached through the one `Held` that holds the slot, which the atomic
 // `state` hands to one context at a time (with acquire and release ordering), as a lock would,
-// and `Io` may move between threads (checked below). The other fields are `Sync`.
+// and `Io` may move between threads. A shared `Held` hands out `&Io`, which other threads may
+// then use at once, so `Io` must be `Sync` too (both checked below). The other fields are `Sync`.
 unsafe impl Sync for Slot {}
 
 const _: () = {
     const fn is_send<T: Send>() {}
+    const fn is_sync<T: Sync>() {}
     is_send::<Io>();
+    is_sync::<Io>();
 };
 
 /// The server thread that fetched an io slot, as an address that is only compared, never
