@@ -311,7 +311,9 @@ pub(crate) fn register_auto(
     cmd: &QueuedIoUringCmd,
     issue_flags: IssueFlags<'_>,
 ) -> bool {
-    let (rq, index) = io.lend_auto(served);
+    let Some((rq, index)) = io.lend_auto(served) else {
+        return false;
+    };
     let registered = cmd
         .register_request_buffer::<DiskOps, zerocopy::BufRelease>(rq, index.into(), issue_flags)
         .is_ok();

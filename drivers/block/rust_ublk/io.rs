@@ -98,9 +98,10 @@ const REQUEUE_DELAY_MS: usize = 3;
 /// # Invariants
 ///
 /// `rq` is the only reference to the request, but for those that its io slot lent to user copies
-/// and registered buffers and counts in `lent` ([`crate::slot::Slot::lend`]), and the one it keeps
-/// to lend from while the server serves the request (`lendable`), which goes when the request is
-/// settled or put aside, before it ends.
+/// and registered buffers and counts ([`crate::slot::Slot::lend`]), and the one it keeps to lend
+/// from (`lendable` of [`crate::slot::Lending`]) from the first time the server is given the
+/// request until nothing lent of it is out any more once the slot stopped lending it (settled,
+/// put aside, or delivered again after an undone delivery of `UBLK_F_BATCH_IO`), before it ends.
 pub(crate) struct Served {
     rq: ARef<Rq>,
     /// The bytes of the request that the server was told about: fewer than the request has if

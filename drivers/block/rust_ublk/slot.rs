@@ -631,6 +631,16 @@ pub(crate) struct Lending {
 // one writes it. What they hold may move between threads (`ARef<Rq>` and `Served` are `Send`).
 unsafe impl Sync for Lending {}
 
+const _: () = {
+    const fn is_send<T: Send>() {}
+    const fn is_sync<T: Sync>() {}
+    // Lenders of one request clone the same `ARef` at once; the parked request and the reference
+    // to lend from move to the context that takes them over.
+    is_sync::<ARef<Rq>>();
+    is_send::<ARef<Rq>>();
+    is_send::<Served>();
+};
+
 impl Lending {
     /// The slot lends its request: [`Lending::lend`] may count one more reference.
     const OPEN: u32 = 1 << 31;
@@ -660,7 +670,9 @@ impl Lending {
             };
             match self.word.cmpxchg(cur, new, Full) {
                 Ok(_) => return cur,
-                Err(actual) => cur = actual,
+                // A failed exchange reads `Relaxed`: read again with acquire ordering, so that
+                // a value left unchanged is always an acquire read.
+                Err(_) => cur = self.word.load(Acquire),
             }
         }
     }
@@ -675,14 +687,18 @@ impl Lending {
             // A delivery of the same request that was undone (`UBLK_F_BATCH_IO`) left it for the
             // references lent then; it stays until the request ends.
             Some(rq) => {
-                warn_on!(!core::ptr::eq::<Rq>(&**rq, &**served));
+                // Another request's reference would be lent for this one: lend nothing.
+                if warn_on!(!core::ptr::eq::<Rq>(&**rq, &**served)) {
+                    return;
+                }
             }
             None => {
-                let rq = served.lend_ref();
-                // The reference counted is released by the exchange below; an earlier one was not.
+                // `OPEN` is clear until the owner sets it below: were it set, `lendable` would not
+                // be `None`.
                 if warn_on!(self.word.load(Relaxed) & Self::OPEN != 0) {
                     return;
                 }
+                let rq = served.lend_ref();
                 // SAFETY: `lendable` is `None` and `OPEN` is clear: by the type invariants, no
                 // lender reads it (one that counted while `OPEN` was set finds it `Some` until
                 // its reference is back), and the owner, this context, is the only writer.
@@ -719,7 +735,8 @@ impl Lending {
         match lendable {
             // INVARIANT: Counted above, until it is given back.
             Some(rq) => Ok(rq.clone()),
-            // Never: see above. The count stays, and the request ends only when the device goes.
+            // Never, by the type invariants. Were it to happen, the count would stay: the request
+            // would never end, and the device could not be deleted.
             None => {
                 warn_on!(true);
                 Err(EINVAL)
@@ -728,12 +745,14 @@ impl Lending {
     }
 
     /// Counts a reference to the request, which its owner hands out itself (to the automatic
-    /// registration of its buffer), whether the slot lends it or not yet.
-    fn lend_auto(&self) {
-        // INVARIANT: The caller hands out one reference, given back with `give_back` or
-        // `unlend_auto`.
+    /// registration of its buffer), whether the slot lends it or not yet. `false` if the count
+    /// is full: then the caller hands out nothing.
+    fn lend_auto(&self) -> bool {
+        // INVARIANT: If counted, the caller hands out one reference, given back with
+        // `give_back` or `unlend_auto`.
         let old = self.update(|cur| (cur & Self::COUNT != Self::COUNT).then_some(cur + 1));
-        warn_on!(old & Self::COUNT == Self::COUNT);
+        // Each lender holds a reference to a request with a tag: never that many.
+        !warn_on!(old & Self::COUNT == Self::COUNT)
     }
 
     /// Takes back the count of a reference that [`Lending::lend_auto`] counted and that the
@@ -769,8 +788,11 @@ impl Lending {
         // SAFETY: `PARKED` is clear (the owner, this context, sets it below), so by the type
         // invariants only the owner reaches `parked`.
         let parked = unsafe { &mut *self.parked.get() };
-        // A slot has one request at a time: none is parked yet.
-        warn_on!(parked.is_some());
+        // A slot has one request at a time: none is parked yet. Were one parked, this one would
+        // not be parked over it.
+        if warn_on!(parked.is_some()) {
+            return Some(Ending::new(served, error, bytes));
+        }
         *parked = Some(served);
         // INVARIANT: `parked` holds the request before `PARKED` is set, with `count > 0`.
         let old = self.update(|cur| (cur & Self::COUNT > 0).then_some(cur | Self::PARKED));
@@ -1047,14 +1069,16 @@ impl Held<'_> {
         if queue.state() == QueueState::Serving {
             return None;
         }
-        // The command is taken back, unless a teardown or a cancellation took it (the slot is
-        // `Aborted` then, and they complete it), or someone holds the slot right now. Nothing
-        // waits for that holder: it is a teardown or a cancellation, which complete the command,
-        // or a `queue_rq` that read the state as served before it held the slot, so it started
-        // before the state changed. A teardown that changed it waits for an RCU grace period, in
-        // which that `queue_rq` ends, before it visits the slots and takes the command; io_uring's
-        // cancellation, which changes it without waiting, asks to cancel the command (queued as
-        // cancelable) until it is completed.
+        // The command is taken back at once if it can be: unless a teardown or a cancellation
+        // took it (the slot is `Aborted` then, and they complete it), or someone holds the slot
+        // right now. Nothing waits for that holder: it is a teardown or a cancellation, which
+        // complete the command, or a `queue_rq` that read the state as served before it held the
+        // slot, so it started before the state changed. A teardown that changed it waits for an
+        // RCU grace period, in which that `queue_rq` ends, before it visits the slots and takes
+        // the command; io_uring's cancellation of the command's ring, which changes it without
+        // waiting, asks to cancel the command (queued as cancelable) until it is completed. Any
+        // other command left here waits as every fetched command of a queue that is not served
+        // does, until the device stops or a new server takes over.
         let mut io = slot.hold(Phase::Fetched)?;
         io.abort_fetch(|_| true)
     }
@@ -1093,11 +1117,13 @@ impl Held<'_> {
 
     /// Lends a reference to `served`, the slot's request that the server's task delivers, to the
     /// buffer that the driver registers with the server's ring (`UBLK_F_AUTO_BUF_REG`). Returns
-    /// it with the index to register it at.
-    pub(crate) fn lend_auto(&mut self, served: &Served) -> (ARef<Rq>, u16) {
+    /// it with the index to register it at; `None` if the slot cannot count one more.
+    pub(crate) fn lend_auto(&mut self, served: &Served) -> Option<(ARef<Rq>, u16)> {
         // Only a queue with `UBLK_F_AUTO_BUF_REG` calls this, whose slots lend.
-        self.slot.lending.lend_auto();
-        (served.lend_ref(), self.auto_reg.index)
+        self.slot
+            .lending
+            .lend_auto()
+            .then(|| (served.lend_ref(), self.auto_reg.index))
     }
 
     /// Records the outcome of the automatic registration of the slot's buffer: the ring it is
