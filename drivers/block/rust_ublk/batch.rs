@@ -52,15 +52,17 @@ use kernel::{
     warn_on,
 };
 
-/// The most tags that one completion of a fetch command reports, as in the C driver.
+/// The most tags that one completion of a fetch command reports: a round gathers its tags on the
+/// stack before it copies them to the server's buffer.
 const MAX_TAGS_PER_CQE: usize = 128;
 
 /// How many rounds of tags one task work of a fetch command delivers before it lets the server's
-/// task run (the C driver's bound).
+/// task run, so that requests that keep coming cannot hold the task in the kernel (a soft lockup).
 const MAX_ROUNDS: u32 = 32;
 
-/// The elements of a commit are read from user memory in chunks of this many bytes, a multiple of
-/// every element size, as in the C driver (`UBLK_CMD_BATCH_TMP_BUF_SZ`).
+/// The elements of a commit are read from user memory in chunks of this many bytes, on the stack:
+/// a multiple of 48, the least common multiple of the element sizes (8, 16 and 24 bytes), so that
+/// no element straddles two chunks.
 const COMMIT_CHUNK: usize = 480;
 
 /// The tag that the pdu of a fetch command names: fetch commands belong to a queue, not a slot.
@@ -189,9 +191,10 @@ fn events(queue: &Queue) -> Result<&EventQueue> {
     queue.events.as_deref().ok_or(EINVAL)
 }
 
-/// The io commands of a device with `UBLK_F_BATCH_IO`, in the C driver's order: the three batch
-/// commands by their full encoding; of the others, `UBLK_U_IO_UNREGISTER_IO_BUF`, then the queue
-/// and the tag are checked, then only `UBLK_U_IO_REGISTER_IO_BUF` is taken.
+/// The io commands of a device with `UBLK_F_BATCH_IO`: the three batch commands by their full
+/// encoding; of the others, `UBLK_U_IO_UNREGISTER_IO_BUF`, then the queue and the tag are checked,
+/// then only `UBLK_U_IO_REGISTER_IO_BUF` is taken. Servers see the same errno as with ublk_drv,
+/// whose `ublk_ch_batch_io_uring_cmd()` checks in this order.
 pub(crate) fn uring_cmd<'a>(
     dev: &UblkDevice,
     cmd: Cmd<'a>,
@@ -278,8 +281,9 @@ fn elem_slot<'a>(dev: &UblkDevice, queue: &'a Queue, elem: &Elem) -> Result<&'a 
 
 /// `UBLK_U_IO_PREP_IO_CMDS`: the server offers io slots for their first requests.
 ///
-/// As in the C driver, the elements are taken in order; at the first that fails, those taken
-/// before it are given back, and the command fails with that element's errno.
+/// The elements are taken in order; at the first that fails, those taken before it are given
+/// back, and the command fails with that element's errno: it takes all of its slots or none, and
+/// the server need not find out which it holds.
 fn prep<'a>(dev: &UblkDevice, cmd: &Cmd<'a>, hdr: &BatchIo) -> Result<Issued<'a>> {
     let queue = check_header(dev, hdr)?;
     if hdr.nr_elem == 0 {
@@ -430,7 +434,8 @@ fn commit_one(
     let (error, bytes) =
         io::commit_result(queue, &served, elem.result).into_result(&served, elem.buf_addr);
     // The buffer registered automatically goes if the commit comes through the ring it was
-    // registered with, as in the C driver.
+    // registered with: a command unregisters buffers of its own ring only. Otherwise the server
+    // must unregister it itself.
     if let Some((ring, index)) = registered {
         if ring == cmd.ring() {
             // A buffer that the server unregistered already is no error.
@@ -461,8 +466,9 @@ fn fetch<'a>(
         return Err(EINVAL);
     }
     let events = events(queue)?;
-    // The queue no longer takes fetch commands once the server or the device goes away, as the
-    // C driver's `canceling` and `force_abort` say.
+    // The queue no longer takes fetch commands once the server or the device goes away: the
+    // command completes at once with `UBLK_IO_RES_ABORT`, which tells the server to exit, rather
+    // than wait for requests that the queue no longer gives it.
     if queue.state() != QueueState::Serving {
         return Err(RES_ABORT);
     }
@@ -718,7 +724,7 @@ fn deliver_tag(
         return false;
     };
     // A delivery whose completion could not be posted may have changed the io descriptor: it
-    // is written afresh, as the C driver does at dispatch.
+    // is written afresh at every delivery, so that the server never reads a stale one.
     let Some((served, addr)) = io.start_tag_delivery() else {
         warn_on!(true);
         return false;
@@ -732,8 +738,9 @@ fn deliver_tag(
             // again once it is done.
             Copy::Part(bytes) => part = Some(bytes),
             Copy::Nothing => {
-                // As in the C driver, the write is dispatched again a little later, unless a
-                // buffer registered by an earlier delivery still holds it.
+                // The write is dispatched again a little later, when the copy may succeed
+                // (`io::REQUEUE_DELAY_MS`), unless a buffer registered by an earlier delivery
+                // still holds it.
                 if io.is_lent() {
                     fail_delivery(queue, io, served);
                 } else {
@@ -854,8 +861,9 @@ pub(crate) fn abort(queue: &Queue) {
     let Ok(events) = events(queue) else {
         return;
     };
-    // `teardown::abort_all` failed the requests of queued slots as those the server owned, as
-    // the C driver does through `__ublk_fail_req()`.
+    // `teardown::abort_all` failed the requests of queued slots as those the server owned (or,
+    // with user recovery, left them for the next server): a tag that waits here ends as one
+    // that was delivered, so the tags are only dropped.
     let mut ev = events.lock();
     ev.tags.clear();
     // Every command of the server completed before its file was released.

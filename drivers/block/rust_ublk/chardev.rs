@@ -111,7 +111,7 @@ impl MiscDevice for CharDev {
         // io_uring issues the command from a worker thread (`IOSQE_ASYNC`, or a retry after the
         // inline issue could not proceed without blocking). The io slots belong to the server's
         // threads, and the ring lock is taken after the device lock here: issue the command again
-        // from the thread that submitted it, with the ring lock held, as the C driver does.
+        // from the thread that submitted it, with the ring lock held.
         let cmd = match cmd.issue_in_task(issue_flags) {
             Ok(queued) => return Ok(queued.into()),
             Err(cmd) => cmd,
@@ -128,7 +128,8 @@ impl MiscDevice for CharDev {
             return Err(EOPNOTSUPP);
         }
         let io_cmd = IoCmd::parse(&cmd.read_cmd::<[u8; uapi::IO_CMD_SIZE]>()?);
-        // The C driver answers this before it looks at the queue and the tag.
+        // Answered before the queue and the tag are looked at: they do not matter to it (it names
+        // the buffer by index), so a server may send any, as it may to ublk_drv.
         if uapi::ioc_nr(op) == uapi::IO_UNREGISTER_IO_BUF {
             return zerocopy::unregister_io_buf(&dev, &cmd, issue_flags, &io_cmd);
         }
@@ -139,8 +140,9 @@ impl MiscDevice for CharDev {
             }
             uapi::IO_NEED_GET_DATA => commit::need_get_data(&dev, cmd, issue_flags, &io_cmd),
             uapi::IO_REGISTER_IO_BUF => zerocopy::register_io_buf(&dev, &cmd, issue_flags, &io_cmd),
-            // Other commands need features that devices of this driver lack; the C driver first
-            // checks that the slot belongs to the calling server task.
+            // Other commands need features that devices of this driver lack. The slot's owner is
+            // checked first, so that servers see the same errno as with ublk_drv, whose
+            // `ublk_ch_uring_cmd_local()` checks it before the operation.
             _ => commit::check_owner(&dev, &io_cmd).and(Err(EINVAL)),
         }
     }

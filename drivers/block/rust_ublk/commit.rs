@@ -21,7 +21,8 @@ use kernel::{
 };
 
 /// Checks that the io slot of a command other than a fetch belongs to the calling server thread
-/// and holds a request, as the C driver does before it looks at the command.
+/// and holds a request. Done before the command is looked at, so that servers see the same errno
+/// as with ublk_drv, which checks this first.
 pub(crate) fn check_owner(dev: &UblkDevice, io_cmd: &IoCmd) -> Result {
     let (_, slot) = slot_of(dev, io_cmd)?;
     slot.check_owner()
@@ -118,7 +119,8 @@ pub(crate) fn commit_and_fetch<'a>(
     let (error, bytes) =
         commit_result(queue, &served, io_cmd.result).into_result(&served, io_cmd.addr);
     // The buffer registered automatically goes, unless the server sent the commit through
-    // another ring, as the C driver does: the server must then unregister it itself.
+    // another ring: a command unregisters buffers of its own ring only, so the server must then
+    // unregister it itself.
     if let Some((registered_ring, index)) = registered {
         if registered_ring == fetch.ring() {
             // A buffer that the server unregistered already is no error.
@@ -148,9 +150,10 @@ struct Taken {
     auto_reg: AutoBufReg,
 }
 
-/// Checks the commit `io_cmd` of io slot `slot`, in the order of the C driver, holds the slot and
-/// takes the request it reports on. `auto_reg` is where the command says the buffer of the slot's
-/// next request goes, or why that could not be read.
+/// Checks the commit `io_cmd` of io slot `slot`, holds the slot and takes the request it reports
+/// on. `auto_reg` is where the command says the buffer of the slot's next request goes, or why
+/// that could not be read. The checks come in the order of ublk_drv's
+/// `ublk_check_commit_and_fetch()`, so that servers see the same errno.
 fn take_for_commit<'a>(
     slot: &'a Slot,
     queue: &Queue,
@@ -218,7 +221,8 @@ pub(crate) fn need_get_data<'a>(
     let (fetch, queued) = cmd.queue_cancelable(issue_flags);
     let aborted = io.rearm(queue, fetch, io_cmd.addr);
     match copy {
-        // As in the C driver, the write is dispatched again a little later.
+        // Nothing could be copied: the write is dispatched again a little later, when the copy
+        // may succeed (`io::REQUEUE_DELAY_MS`).
         Copy::Nothing => served.requeue(),
         // As at dispatch, a buffer that is not user memory does not become one later.
         _ => served.finish(queue, EIO.to_errno(), 0),

@@ -5,7 +5,7 @@
 //! The control device only takes io_uring commands on rings with 128-byte SQEs, whose payload is
 //! a `struct ublksrv_ctrl_cmd`. Both the ioctl-encoded operation codes (`UBLK_U_CMD_*`) and the
 //! legacy ones (`UBLK_CMD_*`) are accepted; commands are told apart by their number. Errors are
-//! those of the C driver.
+//! those of ublk_drv, which tools and servers written against it tell failures apart by.
 
 use crate::{
     chardev::{self, CharDev},
@@ -34,10 +34,10 @@ const MAX_UBLKS: u32 = 1 << 20;
 
 /// A device known to the control device.
 ///
-/// As in the C driver, a deleted device keeps its number, and commands still find it, until its
-/// server has closed `/dev/ublkcN`: a second `UBLK_U_CMD_DEL_DEV` (ublk servers delete their
-/// device when they exit, racing with the tool that deleted it) succeeds, and `UBLK_U_CMD_ADD_DEV`
-/// cannot reuse the number while the old server may still issue commands.
+/// A deleted device keeps its number, and commands still find it, until its server has closed
+/// `/dev/ublkcN`: a second `UBLK_U_CMD_DEL_DEV` (ublk servers delete their device when they exit,
+/// racing with the tool that deleted it) succeeds, and `UBLK_U_CMD_ADD_DEV` cannot reuse the number
+/// while the old server may still issue commands.
 struct Entry {
     dev: Arc<UblkDevice>,
     /// `/dev/ublkcN`; `None` once the device is deleted.
@@ -223,8 +223,9 @@ fn get_features(header: &CtrlCmd) -> Result {
         .write_slice(&F_ALL.to_ne_bytes())
 }
 
-/// Validates the flags and io descriptor size that user space asked for, as the C driver does
-/// before it clears the flags it does not support.
+/// Validates the flags and io descriptor size that user space asked for, before the flags that
+/// the driver does not implement are cleared: an invalid combination fails even if clearing
+/// would have made it valid, as it does with ublk_drv (`ublk_ctrl_add_dev()`).
 fn check_requested_flags(info: &DevInfo) -> Result {
     let flags = info.flags;
 
@@ -280,8 +281,8 @@ fn add_dev(ctl: &Control, header: &CtrlCmd) -> Result {
         return Err(EINVAL);
     }
 
-    // As the C driver: a privileged caller gets a privileged device whatever it asks for; others
-    // must ask for an unprivileged one.
+    // A privileged caller gets a privileged device whatever it asks for; others must ask for an
+    // unprivileged one (`EPERM`). ublk_drv does the same; tools written against it expect it.
     if capable(Capability::SYS_ADMIN) {
         info.flags &= !F_UNPRIVILEGED_DEV;
     } else if info.flags & F_UNPRIVILEGED_DEV == 0 {
@@ -350,7 +351,8 @@ fn add_dev(ctl: &Control, header: &CtrlCmd) -> Result {
     info.dev_id = id;
 
     // The commit of a zone append says where its data landed in `addr`, which only user copy
-    // and zero copy leave free. Checked once the number is found, as the C driver does.
+    // and zero copy leave free. Checked once the number is found, so that a number that is
+    // taken or a lack of numbers fails first, with the errno that ublk_drv gives.
     if info.flags & F_ZONED != 0
         && (!cfg!(CONFIG_BLK_DEV_ZONED) || info.flags & (F_USER_COPY | F_SUPPORT_ZERO_COPY) == 0)
     {
@@ -370,7 +372,7 @@ fn ublks_max() -> u32 {
 }
 
 /// Checks the module parameters, which are set at load time only: at most as many unprivileged
-/// devices as there are device numbers, as the C driver's parameter setter checks.
+/// devices as there are device numbers, since a higher limit could never be reached.
 fn check_module_parameters() -> Result {
     if ublks_max() > MAX_UBLKS {
         pr_err!("ublks_max {} is above {}\n", ublks_max(), MAX_UBLKS);
@@ -380,7 +382,7 @@ fn check_module_parameters() -> Result {
 }
 
 /// Returns how many unprivileged devices there are, not counting deleted ones whose server did
-/// not close `/dev/ublkcN` yet (as the C driver's `unprivileged_ublks_added`).
+/// not close `/dev/ublkcN` yet: the count that the `ublks_max` module parameter bounds.
 fn unprivileged_devices(devices: &RBTree<u32, Entry>) -> u32 {
     let n = devices
         .values()
@@ -393,7 +395,8 @@ fn unprivileged_devices(devices: &RBTree<u32, Entry>) -> u32 {
 ///
 /// Stops the device and removes `/dev/ublkcN`. The device number stays taken until the server
 /// closed `/dev/ublkcN`; `UBLK_U_CMD_DEL_DEV` waits for that, so that the number is free when it
-/// returns. Deleting a deleted device succeeds, as in the C driver.
+/// returns. Deleting a deleted device succeeds: a server deletes its device when it exits, and
+/// may race with the tool that deleted it (see `Entry`).
 fn del_dev(ctl: &Control, dev: &Arc<UblkDevice>, wait: bool) -> Result {
     UblkDevice::stop(dev);
     {

@@ -77,7 +77,8 @@ pub(crate) enum Server {
         /// How many io slots it fetched.
         nr_fetched: u32,
         /// Whether every process that fetched io slots had `CAP_SYS_ADMIN`; if not, the
-        /// partitions of the disk are not scanned (the C driver's `unprivileged_daemons`).
+        /// partitions of the disk are not scanned, as with ublk_drv: the kernel reads no
+        /// partition table that an untrusted server serves.
         trusted: bool,
     },
 }
@@ -169,15 +170,15 @@ pub(crate) struct UblkDevice {
     pub(crate) state: Mutex<DeviceState>,
     /// The buffers that the server registered with `UBLK_U_CMD_REG_BUF` ([`shmem`]). Held by the
     /// commands that change them, around the freeze of the disk's queue, and by
-    /// [`UblkDevice::stop`] while it deletes the disk, as the C driver holds its device mutex
-    /// across `del_gendisk()`. Declared after `state`: when the device is freed, a disk still in
-    /// `state` is deleted, its requests drained, before the buffers' pages are unpinned.
+    /// [`UblkDevice::stop`] while it deletes the disk, so that these commands always find the disk
+    /// to freeze while it has requests in flight. Declared after `state`: when the device is freed,
+    /// a disk still in `state` is deleted, its requests drained, before the buffers' pages are
+    /// unpinned.
     #[pin]
     pub(crate) shmem: Mutex<shmem::Buffers>,
-    /// Whether io_uring cancelled a command of the server, or `UBLK_U_CMD_QUIESCE_DEV` quiesced
-    /// it: its queues are not served again until the next server (the C driver's
-    /// `ub->canceling`, under its `cancel_mutex`). Not part of `state`: the cancellation of the
-    /// server's commands, which sets it, must not wait for the device lock, which
+    /// Whether io_uring cancelled a command of the server, or `UBLK_U_CMD_QUIESCE_DEV` quiesced it:
+    /// its queues are not served again until the next server. Not part of `state`: the cancellation
+    /// of the server's commands, which sets it, must not wait for the device lock, which
     /// `UBLK_U_CMD_START_DEV` holds while a zoned disk reads its zones from the server.
     #[pin]
     pub(crate) canceled: Mutex<bool>,
@@ -191,9 +192,9 @@ pub(crate) struct UblkDevice {
     /// device lock is held across such copies.
     #[pin]
     pub(crate) server_mm: SpinLock<Option<ARef<Mm>>>,
-    /// Whether the device is live, as the C driver's `UBLK_S_DEV_LIVE`: from just before its disk
-    /// is added until just after it is deleted. Only user copies read it, without the device
-    /// lock; `life` is what the rest of the driver goes by.
+    /// Whether the device is live (`UBLK_S_DEV_LIVE`): from just before its disk is added until
+    /// just after it is deleted. Only user copies read it, without the device lock; `life` is what
+    /// the rest of the driver goes by.
     live: Atomic<bool>,
     /// Signalled when the server fetched all io slots, and when it closed `/dev/ublkcN`.
     #[pin]
@@ -293,7 +294,8 @@ impl UblkDevice {
             return Err(EEXIST);
         }
         // Stopped while the server stayed: it must close `/dev/ublkcN` before the device can start
-        // again, as with the C driver.
+        // again, since its queues abort the server's commands until then. ublk_drv refuses the
+        // start with `EBUSY` too.
         if this.is_stopping() {
             return Err(EBUSY);
         }
@@ -385,8 +387,9 @@ impl UblkDevice {
                 Lifecycle::Live(_) | Lifecycle::Quiesced(_) | Lifecycle::FailIo(_)
             ) {
                 state.deleting = true;
-                // As the C driver (`ublk_detach_disk()`): a stopped device has no server to
-                // report, whether or not its process still runs.
+                // A stopped device has no server to report, whether or not its process still
+                // runs: `UBLK_U_CMD_GET_DEV_INFO` gives -1, as ublk_drv's `ublk_detach_disk()`
+                // sets it.
                 state.info.ublksrv_pid = -1;
             }
             old_life
@@ -405,11 +408,11 @@ impl UblkDevice {
             this.state.lock().deleting = false;
             this.ready.notify_all();
         }
-        // Only then, as the C driver does, a server that has `/dev/ublkcN` open is told to exit:
-        // `UBLK_U_CMD_STOP_DEV` returns right after, before the server can delete the device
-        // itself (libublk servers do on exit), so the tool that stopped it deletes it first.
-        // Without a server there is no command to abort, and the next server must be able to
-        // fetch. A device started again meanwhile keeps its server.
+        // Only then a server that has `/dev/ublkcN` open is told to exit: `UBLK_U_CMD_STOP_DEV`
+        // returns right after, before the server can delete the device itself (libublk servers do
+        // on exit), so the tool that stopped it deletes it first. Without a server there is no
+        // command to abort, and the next server must be able to fetch. A device started again
+        // meanwhile keeps its server.
         let state = this.state.lock();
         if !matches!(state.life, Lifecycle::Live(_)) {
             this.live.store(false, Relaxed);
@@ -429,15 +432,15 @@ impl UblkDevice {
     ///
     /// New requests wait from now on; the server's waiting commands complete with
     /// `UBLK_IO_RES_ABORT`, and so do those it sends from then on; once it closed `/dev/ublkcN`,
-    /// the device is quiesced (`UBLK_S_DEV_QUIESCED`). As in the C driver, `EINTR` on a pending
-    /// signal and `EBUSY` for a timeout of no time (without batch io): requests then wait until
-    /// the server goes away.
+    /// the device is quiesced (`UBLK_S_DEV_QUIESCED`). The errnos are those of ublk_drv: `EINTR` on
+    /// a pending signal and `EBUSY` for a timeout of no time (without batch io): requests then
+    /// wait until the server goes away.
     pub(crate) fn quiesce(this: &Arc<Self>, timeout_ms: u64) -> Result {
         if this.flags & F_QUIESCE == 0 {
             return Err(EOPNOTSUPP);
         }
-        // As the C driver: 0 means no limit, and the value is truncated to an `unsigned int`, so
-        // that a multiple of 2^32 is no time at all.
+        // 0 means no limit, and the value is truncated to an `unsigned int`, so that a multiple of
+        // 2^32 is no time at all: ublk_drv truncates it so, and tools get the same timeout.
         // CAST: The truncation.
         let timeout_ms = if timeout_ms == 0 {
             u32::MAX
@@ -454,7 +457,7 @@ impl UblkDevice {
             *this.canceled.lock() = true;
             teardown::start_cancel(this);
         }
-        // The C driver waits here until each queue has a fetch command that waits for a request,
+        // ublk_drv waits here until each queue has a fetch command that waits for a request,
         // to tell the server through it. Here every command of the server gets
         // `UBLK_IO_RES_ABORT`: those that wait now below, the others at their next commit, since
         // the queues are no longer served. What is left of the wait is its errnos.
@@ -516,8 +519,9 @@ impl UblkDevice {
 
     /// `UBLK_U_CMD_UPDATE_SIZE`: the device now has `sectors` sectors (`ublk_ctrl_set_size()`).
     ///
-    /// As in the C driver, any started device takes it, with or without `UBLK_F_UPDATE_SIZE`,
-    /// and the size is not checked; `UBLK_U_CMD_GET_PARAMS` reports it from then on.
+    /// Any started device takes it, with or without `UBLK_F_UPDATE_SIZE`, and the size is not
+    /// checked; `UBLK_U_CMD_GET_PARAMS` reports it from then on. ublk_drv does the same; tools
+    /// written against it expect it.
     pub(crate) fn update_size(&self, sectors: u64) -> Result {
         let mut state = self.state.lock();
         let disk = state.disk().cloned().ok_or(ENODEV)?;
@@ -529,7 +533,7 @@ impl UblkDevice {
     /// `UBLK_U_CMD_TRY_STOP_DEV`: stops the device as `UBLK_U_CMD_STOP_DEV` does, unless its disk
     /// is open (`EBUSY`) (`UBLK_F_SAFE_STOP_DEV`, `ublk_ctrl_try_stop_dev()`).
     ///
-    /// Unlike the C driver, the disk may be opened between the check and the stop (the C driver
+    /// Unlike with ublk_drv, the disk may be opened between the check and the stop (ublk_drv
     /// refuses opens by tasks without `CAP_SYS_ADMIN` from the check on, and reads the count under
     /// the disk's mutex); the stop then waits for the I/O of that opener, as
     /// `UBLK_U_CMD_STOP_DEV` would.
@@ -569,11 +573,11 @@ impl UblkDevice {
     /// A request whose data is still registered as a buffer of one of the server's rings ends
     /// only once io_uring releases the buffer: possibly when the task that closed the file, which
     /// is in this function, tears the ring down, or never, if the ring outlives the server.
-    /// Stopping the device waits for the requests, so, as the C driver does, a work item then
-    /// looks again every jiffy until the slots got back every request they lent, and finishes
-    /// the release only then, without waiting. Meanwhile it keeps the module loaded, since
-    /// io_uring calls back into it, the server stays attached (a new server cannot open
-    /// `/dev/ublkcN` yet), and `UBLK_U_CMD_DEL_DEV` waits.
+    /// Stopping the device waits for the requests, so a work item then looks again every jiffy
+    /// until the slots got back every request they lent, and finishes the release only then,
+    /// without waiting. Meanwhile it keeps the module loaded, since io_uring calls back into it,
+    /// the server stays attached (a new server cannot open `/dev/ublkcN` yet), and
+    /// `UBLK_U_CMD_DEL_DEV` waits.
     pub(crate) fn release(this: Arc<Self>) {
         // From now on requests fail, or wait for a new server.
         teardown::start_cancel(&this);
@@ -650,15 +654,16 @@ impl UblkDevice {
             }
             other => other,
         };
-        // As GET_DEV_INFO of the C driver reports a server that is gone.
+        // `UBLK_U_CMD_GET_DEV_INFO` reports no server (-1) once it is gone, as ublk_drv does once
+        // the server's process has exited.
         state.info.ublksrv_pid = -1;
         state.disk().is_none()
     }
 
     /// The current process fetched io slots of the device. It is the server from now on, which
-    /// `UBLK_U_CMD_START_DEV` must name: unlike the C driver, which keeps the process that opened
-    /// `/dev/ublkcN`, in case another process fetches. As the C driver, the disk's partitions are
-    /// not scanned once a process without `CAP_SYS_ADMIN` fetched (`ublk_mark_io_ready()`).
+    /// `UBLK_U_CMD_START_DEV` must name: unlike ublk_drv, which keeps the process that opened
+    /// `/dev/ublkcN`, in case another process fetches. The disk's partitions are not scanned once a
+    /// process without `CAP_SYS_ADMIN` fetched (see `Server::Attached`).
     pub(crate) fn fetched_by_current(server: &mut Server) {
         if let Server::Attached { tgid, trusted, .. } = server {
             *tgid = current!().tgid_nr_ns(None);

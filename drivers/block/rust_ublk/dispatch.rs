@@ -245,7 +245,7 @@ fn deliver_write(
             cmd.done(Ok(0), issue_flags);
         }
         Copy::Nothing => {
-            // As in the C driver, the write is dispatched again a little later (the server's
+            // Nothing could be copied: the write is dispatched again a little later (the server's
             // buffer may be paged in by then), and the command waits for it.
             let aborted = io.rearm_same(queue, cmd);
             served.requeue();
@@ -274,7 +274,8 @@ fn deliver_write(
 ///
 /// If the registration fails, the server registers the buffer itself where it asked for that
 /// (`UBLK_AUTO_BUF_REG_FALLBACK`: the io descriptor says `UBLK_IO_F_NEED_REG_BUF`); otherwise the
-/// request fails, as in the C driver, and `cmd` waits for the slot's next request.
+/// request fails, since the server would look for its data in a buffer that is not there, and
+/// `cmd` waits for the slot's next request.
 fn deliver_registered(
     queue: &Queue,
     mut io: Held<'_>,

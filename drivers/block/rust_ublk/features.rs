@@ -33,8 +33,9 @@ pub(crate) const F_SAFE_STOP_DEV: u64 = u::UBLK_F_SAFE_STOP_DEV as u64;
 pub(crate) const F_ALL_RECOVERY_FLAGS: u64 =
     F_USER_RECOVERY | F_USER_RECOVERY_REISSUE | F_USER_RECOVERY_FAIL_IO;
 
-/// Largest io descriptor size that `UBLK_F_IO_DESC_SIZE` may ask for (`UBLK_MAX_IO_DESC_SIZE` of
-/// the C driver, which the UAPI header does not define).
+/// Largest io descriptor size that `UBLK_F_IO_DESC_SIZE` may ask for: the bound of ublk_drv
+/// (`UBLK_MAX_IO_DESC_SIZE`), which the UAPI header does not define, so that servers may ask for
+/// the same sizes.
 pub(crate) const MAX_IO_DESC_SIZE: u16 = 256;
 
 /// The features that the driver implements.
@@ -66,8 +67,8 @@ pub(crate) const F_ALL: u64 = F_SUPPORT_ZERO_COPY
     } else {
         0
     }
-    // As the C driver, which advertises it without `CONFIG_BLK_DEV_ZONED` too, and then refuses
-    // it at `UBLK_U_CMD_ADD_DEV`.
+    // Advertised without `CONFIG_BLK_DEV_ZONED` too, and then refused at `UBLK_U_CMD_ADD_DEV`.
+    // ublk_drv does the same; tools written against it expect it.
     | F_ZONED;
 
 /// The flags that every device has, whether user space asked for them or not.
@@ -82,8 +83,8 @@ pub(crate) const F_ALWAYS: u64 = F_CMD_IOCTL_ENCODE
     | F_BUF_REG_OFF_DAEMON
     | F_SAFE_STOP_DEV;
 
-/// The flags that `UBLK_F_BATCH_IO` clears, as in the C driver: its io slots belong to no server
-/// thread, and its commit commands name the buffers of writes before they arrive.
+/// The flags that `UBLK_F_BATCH_IO` clears: its io slots belong to no server thread, and its commit
+/// commands name the buffers of writes before they arrive.
 pub(crate) const F_NOT_WITH_BATCH_IO: u64 = F_PER_IO_DAEMON | F_NEED_GET_DATA;
 
 /// The flags that make `UBLK_F_NEED_GET_DATA` pointless, and that the driver clears it for: the

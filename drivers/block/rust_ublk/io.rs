@@ -51,13 +51,12 @@
 //!   for the task work of its batch, by the batch whose first command it is until the batch is
 //!   submitted, by the task work that completes it, or by io_uring once it completed.
 //! - With `UBLK_F_USER_COPY`, the server copies the data of a request that it serves itself, with
-//!   `pread` and `pwrite` on `/dev/ublkcN` ([`crate::usercopy`]), from any thread; with zero
-//!   copy, the data is registered as a fixed buffer of the server's io_uring
-//!   ([`crate::zerocopy`]). A copy borrows the request from its io slot for as long as it runs, a
-//!   registered buffer until io_uring releases it: the slot counts what it lent, as the C driver
-//!   counts references in `struct ublk_io`. A request that the server commits, or that fails,
-//!   while it is lent is parked in the slot with its result, and the last user to give it back
-//!   ends it ([`give_back`]).
+//!   `pread` and `pwrite` on `/dev/ublkcN` ([`crate::usercopy`]), from any thread; with zero copy,
+//!   the data is registered as a fixed buffer of the server's io_uring ([`crate::zerocopy`]). A
+//!   copy borrows the request from its io slot for as long as it runs, a registered buffer until
+//!   io_uring releases it: the slot counts what it lent. A request that the server commits, or that
+//!   fails, while it is lent is parked in the slot with its result, and the last user to give it
+//!   back ends it ([`give_back`]).
 //!
 //! With user recovery, a request that no server takes may instead wait for the next server on
 //! the requeue list ([`crate::slot::Held::without_server`]).
@@ -90,7 +89,7 @@ use kernel::{
 pub(crate) const RES_ABORT: Error = ENODEV;
 
 /// How long a write whose data could not be copied to the server at all waits before it is
-/// dispatched again, as in the C driver (`UBLK_REQUEUE_DELAY_MS`).
+/// dispatched again, rather than be retried at once, over and over, while the copy cannot succeed.
 const REQUEUE_DELAY_MS: usize = 3;
 
 /// A request that the driver owns, from `queue_rq` until it ends.
@@ -243,8 +242,9 @@ impl Ending {
     }
 
     /// Whether the `fail_io_timeout` fault injection drops the completion of the request
-    /// (`ublk_fake_timeout()`). As in the C driver, it is asked only for a read whose data the
-    /// driver copied from the server in full, the one completion that ends its request in one go.
+    /// (`ublk_fake_timeout()`). It is asked only for a read whose data the driver copied from the
+    /// server in full, the one completion that ends its request in one go. ublk_drv does the same;
+    /// tests written against it expect it.
     fn loses_completion(&self, queue: &Queue) -> bool {
         let served = &self.served;
         queue.copies_data()
@@ -295,8 +295,8 @@ pub(crate) fn copy_write(rq: &Served, addr: u64) -> Copy {
     {
         Ok(Ok(copied)) => copied,
         Ok(Err(_)) => 0,
-        // An address that cannot be a user buffer does not become one later: unlike the C
-        // driver, which retries such a write forever, fail it.
+        // An address that cannot be a user buffer does not become one later: unlike ublk_drv,
+        // which retries such a write forever, fail it.
         Err(_) => return Copy::Invalid,
     };
     // CAST: `copied` is at most `len`, a `u32`.
@@ -403,9 +403,9 @@ pub(crate) fn slot_of<'a>(
     Ok((queue, slot))
 }
 
-/// Returns the buffer address that the io descriptors of a slot's requests give the server, as
-/// the C driver does: the one that the fetch or commit command named, or, with
-/// `UBLK_F_AUTO_BUF_REG`, where their buffer is registered, in the encoding of the SQE's `addr`.
+/// Returns the buffer address that the io descriptors of a slot's requests give the server: the one
+/// that the fetch or commit command named, or, with `UBLK_F_AUTO_BUF_REG`, where their buffer is
+/// registered, in the encoding of the SQE's `addr`.
 pub(crate) fn buf_addr(queue: &Queue, io_cmd: &IoCmd, auto_reg: AutoBufReg) -> u64 {
     if queue.auto_buf_reg {
         auto_reg.to_sqe_addr()
@@ -414,10 +414,12 @@ pub(crate) fn buf_addr(queue: &Queue, io_cmd: &IoCmd, auto_reg: AutoBufReg) -> u
     }
 }
 
-/// Checks the buffer address of a fetch command, or of the commit of a request of operation
-/// `op`, as the C driver does: none with user copy; in copy mode, the buffer of the request's
-/// data, which may be left out where `UBLK_F_NEED_GET_DATA` asks for it later (not for a read,
-/// whose data the commit copies from it).
+/// Checks the buffer address of a fetch command, or of the commit of a request of operation `op`:
+/// none where the server reaches the data itself (user copy, zero copy, automatic buffer
+/// registration), but for the commit of a zone append, whose `addr` says where its data landed;
+/// in copy mode, the buffer of the request's data, which may be left out where
+/// `UBLK_F_NEED_GET_DATA` asks for it later (not for a read, whose data the commit copies from
+/// it). Anything else is `EINVAL`.
 pub(crate) fn check_buf(queue: &Queue, addr: u64, op: Option<ReqOp>) -> Result {
     let ok = if !queue.copies_data() {
         // But for a zone append, whose commit says where its data landed.
@@ -488,7 +490,8 @@ pub(crate) fn commit_result(queue: &Queue, served: &Served, result: i32) -> Comm
     } else if served.op() == ReqOp::Write {
         // The result of a write is not a byte count: the server wrote what it was told about,
         // `len`, all of the request unless its data could only be copied in part. Then only that
-        // part ends, and the rest is dispatched again (`end_request`).
+        // part ends, and the rest is dispatched again (`end_request`), where ublk_drv ends the
+        // whole write and loses the tail that was not copied.
         Committed::Done(0, len)
     } else {
         Committed::Done(0, served.nr_bytes())

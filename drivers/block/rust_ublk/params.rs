@@ -4,7 +4,8 @@
 //! `UBLK_U_CMD_GET_PARAMS`.
 //!
 //! The parameters are kept as the bytes user space sent, so that reading them back returns what
-//! was set; they are validated as the C driver does.
+//! was set; they are validated as ublk_drv validates them, so that it and this driver accept and
+//! refuse the same parameters.
 
 use crate::{
     features::{F_INTEGRITY, F_ZONED},
@@ -66,8 +67,8 @@ pub(crate) const HEADER_SIZE: usize = OFF_TYPES + size_of::<u32>();
 
 /// Smallest segment size (`UBLK_MIN_SEGMENT_SIZE`).
 const MIN_SEGMENT_SIZE: u64 = u::UBLK_MIN_SEGMENT_SIZE as u64;
-/// Upper bound of the physical block size, io_min and io_opt, as in the C driver: log2 of
-/// 256 MiB.
+/// Upper bound of the physical block size, io_min and io_opt: log2 of 256 MiB, the bound that
+/// ublk_drv checks too, so that the same parameters are valid.
 const MAX_BS_SHIFT: u8 = 28;
 const SECTOR_SHIFT: u32 = 9;
 
@@ -219,8 +220,8 @@ impl Params {
     /// and validates them for a device with the flags `flags` whose I/O buffers have
     /// `max_io_buf_bytes` bytes.
     ///
-    /// Unknown parameter types are ignored. On error the parameters are cleared, as the C driver
-    /// does, so that no invalid parameters survive.
+    /// Unknown parameter types are ignored. On error the parameters are cleared, so that no invalid
+    /// parameters survive.
     ///
     /// Integrity parameters are valid only for a device with `UBLK_F_INTEGRITY`; a device with
     /// `UBLK_F_ZONED` must have zoned parameters, any other must not.
@@ -281,7 +282,7 @@ impl Params {
         }
 
         // A zoned device has zoned parameters, and only a zoned device has them
-        // (`ublk_dev_param_zoned_validate()`). Unlike the C driver, which returns here, the
+        // (`ublk_dev_param_zoned_validate()`). Unlike ublk_drv, which returns here, the
         // parameters that follow are still checked for a zoned device.
         if types & TYPE_ZONED != 0 {
             if !cfg!(CONFIG_BLK_DEV_ZONED) {
@@ -356,7 +357,9 @@ impl Params {
             .max_hw_sectors(p.max_sectors)
             // The server may not answer I/O before `UBLK_U_CMD_START_DEV` returns.
             .defer_partition_scan(true)
-            // As the C driver: no segment limits of its own, 4-byte aligned direct I/O.
+            // No segment limits of its own (the server's segment parameters may set some), and
+            // 4-byte aligned direct I/O. ublk_drv sets the same limits; servers written against
+            // it expect them.
             .segments(u16::MAX, u32::MAX, 0)
             .dma_alignment(3)
             .io_sizes(1u32 << p.io_min_shift, 1u32 << p.io_opt_shift)
@@ -399,7 +402,7 @@ impl Params {
                 checksum: i.checksum()?,
                 device_capable,
                 ref_tag,
-                // As in the C driver.
+                // Whatever the parameters say, as ublk_drv's `ublk_integrity_flags()` sets it.
                 split_interval_capable: true,
                 max_segments: match i.max_integrity_segments {
                     0 => u16::MAX,

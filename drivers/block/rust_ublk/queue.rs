@@ -80,13 +80,13 @@ pub(crate) enum QueueState {
     /// Requests go to the server.
     Serving = 0,
     /// The server is going away, or gone: requests fail instead of waiting for it, or, with user
-    /// recovery, wait for the next server (the C driver's `canceling`).
+    /// recovery, wait for the next server.
     Dead = 1,
     /// The device is stopped: requests fail, and the commands that the server sends complete at
     /// once with `UBLK_IO_RES_ABORT` instead of waiting for requests, so that it exits.
     Stopping = 2,
     /// The server is gone from a device with `UBLK_F_USER_RECOVERY_FAIL_IO`: requests fail with
-    /// `EREMOTEIO` until a new server serves the queue (the C driver's `fail_io`).
+    /// `EREMOTEIO` until a new server serves the queue.
     FailIo = 3,
 }
 
@@ -525,7 +525,7 @@ impl mq::Operations for DiskOps {
         if let Some(u) = &queues.unprivileged {
             u.kill_server();
         }
-        // The C driver returns `BLK_EH_DONE` after the kill. Rearming the timer instead lets a
+        // ublk_drv returns `BLK_EH_DONE` after the kill. Rearming the timer instead lets a
         // request that the process's exit did not end (another process has `/dev/ublkcN` open)
         // time out again.
         mq::TimeoutReturn::ResetTimer

@@ -8,7 +8,8 @@
 //! - on `/dev/ublk-control`, to add, configure, start, stop and delete devices ([`control`]),
 //! - on the per-device `/dev/ublkcN`, to fetch requests and commit their results ([`chardev`]).
 //!
-//! The UAPI is that of the C driver, `include/uapi/linux/ublk_cmd.h` ([`uapi`]). The driver
+//! The UAPI is that of ublk_drv, `include/uapi/linux/ublk_cmd.h` ([`uapi`]), so that its servers
+//! and tools work unchanged. The driver
 //! advertises in `UBLK_U_CMD_GET_FEATURES` and accepts in `UBLK_U_CMD_ADD_DEV` only the features
 //! it implements ([`features`]).
 //!

@@ -15,9 +15,9 @@
 //! returns, no request in flight names the buffer: the commands hold [`UblkDevice::shmem`], which
 //! stopping the device also holds while it deletes the disk, so a disk with requests in flight
 //! is always there to freeze. The pages stay pinned until the buffer is unregistered or the
-//! device is freed, as in the C driver.
+//! device is freed: requests may name them until then.
 //!
-//! Unlike the C driver, which walks the tree without a lock from the server's task work, the
+//! Unlike ublk_drv, which walks the tree without a lock from the server's task work, the
 //! lookup runs in `queue_rq`, under the tree's lock, and only while a buffer is registered.
 
 use crate::{
@@ -40,8 +40,8 @@ use kernel::{
     },
 };
 
-/// Largest buffer that a server may register (`UBLK_SHMEM_BUF_SIZE_MAX` of the C driver): the
-/// offset of data in a buffer must fit the 32 bits that the io descriptor has for it.
+/// Largest buffer that a server may register: the offset of data in a buffer must fit the 32 bits
+/// that the io descriptor has for it.
 const MAX_BUF_SIZE: u64 = 1 << 32;
 
 /// Highest buffer index: the io descriptor has 16 bits for it.
@@ -153,7 +153,8 @@ impl Buffers {
         Ok(())
     }
 
-    /// Returns the lowest free buffer index, as `ida_alloc_max()` does in the C driver.
+    /// Returns the lowest free buffer index: `UBLK_U_CMD_REG_BUF` returns to the server the index
+    /// that ublk_drv's `ida_alloc_max()` gives.
     fn free_index(&self) -> Result<usize> {
         let index = self
             .bufs
@@ -217,7 +218,8 @@ fn insert_ranges(
             GFP_KERNEL,
         )?;
         ranges.push(first, GFP_KERNEL)?;
-        // Pages that another buffer has already fail with `EEXIST`, as in the C driver.
+        // Pages that another buffer has already fail with `EEXIST`, as with ublk_drv: a page
+        // belongs to one buffer only, since the data of a request is looked up by its pages.
         if let Err(e) = table.tree.insert_range(first..=last, range, GFP_KERNEL) {
             ranges.pop();
             return Err(e.into());
@@ -235,7 +237,8 @@ pub(crate) fn find(table: &Table, rq: &Rq) -> Option<u64> {
     if table.nr_bufs.load(Relaxed) == 0 {
         return None;
     }
-    // As the C driver: only a write's data may lie in a read-only buffer, not a zone append's.
+    // Only a write's data may lie in a read-only buffer: a read would write to it. Not a zone
+    // append's either; ublk_drv does the same.
     let is_write = rq.op() == ReqOp::Write;
     let mut tree = table.tree.lock();
     // The range of the last page, which the next is likely in too.
@@ -282,7 +285,8 @@ struct BufReg {
 
 impl BufReg {
     /// Reads the argument of `header` from user space: as many bytes as `header.len` says, up to
-    /// the size of the structure; the rest is zero, as in the C driver.
+    /// the size of the structure; the rest is zero, so that a server built against a shorter,
+    /// older structure gets the defaults.
     fn read(header: &CtrlCmd) -> Result<Self> {
         let mut raw = [0u8; uapi::SHMEM_BUF_REG_SIZE];
         let len = usize::from(header.len).min(raw.len());
@@ -327,7 +331,8 @@ pub(crate) fn reg_buf(dev: &UblkDevice, header: &CtrlCmd) -> Result<u32> {
     let addr = usize::try_from(reg.addr).map_err(|_| EFAULT)?;
     // CAST: `reg.len` is at most `MAX_BUF_SIZE`.
     let nr_pages = (reg.len / page) as usize;
-    // Pinning may sleep and fault: before the lock, as in the C driver.
+    // Pinning may sleep and fault: done before the locks are taken and the disk's queue frozen,
+    // so that requests do not wait for it.
     let pages = PinnedPages::pin_longterm(addr, nr_pages, !read_only)?;
 
     let (result, unused) = {
@@ -355,7 +360,7 @@ pub(crate) fn unreg_buf(dev: &UblkDevice, header: &CtrlCmd) -> Result {
         Some(table) if dev.flags & F_SHMEM_ZC != 0 => table,
         _ => return Err(EOPNOTSUPP),
     };
-    // As the C driver, which reads the index as an `int`.
+    // The index is read as an `int`, as ublk_drv reads it: a negative one is `EINVAL` there too.
     let index = usize::try_from(header.data as i32).map_err(|_| EINVAL)?;
     if index > MAX_INDEX {
         return Err(EINVAL);

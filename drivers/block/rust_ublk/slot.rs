@@ -102,7 +102,7 @@ pub(crate) enum Phase {
     /// The server's commit of the slot's request runs: it took the request from the slot to end
     /// it, and offers the slot again. No `UBLK_U_IO_FETCH_REQ` takes the slot meanwhile.
     Committing,
-    /// The server serves the request (`UBLK_IO_FLAG_OWNED_BY_SRV` in the C driver).
+    /// The server serves the request.
     Serving,
     /// The server owns the write, and was asked for the buffer of its data, which it names with
     /// `UBLK_U_IO_NEED_GET_DATA`.
@@ -933,9 +933,9 @@ impl Slot {
     }
 
     /// Checks that the slot belongs to the calling server thread and that the server owns its
-    /// request, as the C driver does before it looks at a command other than a fetch: `EINVAL`
-    /// for another thread, `EBUSY` if the server does not own the request, or if another context
-    /// holds the slot right now.
+    /// request: `EINVAL` for another thread, `EBUSY` if the server does not own the request, or
+    /// if another context holds the slot right now. Done before a command other than a fetch is
+    /// looked at, so that servers see the same errno as with ublk_drv, which checks this first.
     pub(crate) fn check_owner(&self) -> Result {
         if !self.is_own_thread() {
             return Err(EINVAL);
@@ -953,8 +953,7 @@ impl Slot {
     /// The slot is not held: lenders of one request may run at once, and beside the server
     /// thread that owns the slot. The request may be lent until its commit settles it
     /// ([`Slot::settle`]), after the commit took it: a user copy that races with the commit may
-    /// still get it, and the request then ends when the copy gives it back, as the C driver's
-    /// reference count allows until the commit drops its own.
+    /// still get it, and the request then ends when the copy gives it back.
     pub(crate) fn lend(&self) -> Result<ARef<Rq>> {
         // Nothing is lent in a slot that does not lend (type invariants of `Lending`).
         if !self.lends {
@@ -1049,7 +1048,7 @@ impl Held<'_> {
     ///
     /// Then, if the queue is not served (the device is stopped or quiesced, or the server is
     /// going away), the command is taken back and returned, for the caller to complete with
-    /// `UBLK_IO_RES_ABORT`; the slot is then `Aborted`. Unlike the C driver, which keeps such a
+    /// `UBLK_IO_RES_ABORT`; the slot is then `Aborted`. Unlike ublk_drv, which keeps such a
     /// command until io_uring cancels it, a server that is going away gets no more requests.
     #[must_use = "the command that this returns must be completed"]
     #[inline]

@@ -30,7 +30,8 @@ pub(crate) fn cancel(dev: &UblkDevice, cmd: IoUringCmdCancel<'_>, issue_flags: I
     let Ok(queue) = dev.queues.get(pdu_queue(pdu)) else {
         return;
     };
-    // As in the C driver, every queue of the device stops taking requests, until the next server.
+    // The server is going away: every queue of the device, which it serves too, stops taking
+    // requests, until the next server.
     {
         // Not under the device lock: `UBLK_U_CMD_START_DEV` holds it while a zoned disk reads
         // its zones from the server, whose exit, which comes through here, fails that read.
@@ -68,7 +69,7 @@ fn wait_for_holders() {
 }
 
 /// The server is going away: requests of every queue fail from now on, or wait for the next
-/// server (the C driver's `ublk_start_cancel()`).
+/// server.
 pub(crate) fn start_cancel(dev: &UblkDevice) {
     for queue in dev.queues.iter() {
         queue.fail_requests();

@@ -85,8 +85,8 @@ const IO_PREP_IO_CMDS: u32 = 0x25;
 const IO_COMMIT_IO_CMDS: u32 = 0x26;
 const IO_FETCH_IO_CMDS: u32 = 0x27;
 
-// The io commands of devices with `UBLK_F_BATCH_IO`, which the C driver recognizes by their full
-// encoding only.
+// The io commands of devices with `UBLK_F_BATCH_IO`, recognized by their full encoding only:
+// ublk_drv refuses their number alone too.
 pub(crate) const U_IO_REGISTER_IO_BUF: u32 = _IOWR::<u::ublksrv_io_cmd>(CTRL, IO_REGISTER_IO_BUF);
 pub(crate) const U_IO_UNREGISTER_IO_BUF: u32 =
     _IOWR::<u::ublksrv_io_cmd>(CTRL, IO_UNREGISTER_IO_BUF);
@@ -279,12 +279,12 @@ pub(crate) struct UserCopyPos {
 }
 
 impl UserCopyPos {
-    /// Decodes a file position as the C driver does: relative to `UBLKSRV_IO_BUF_OFFSET`, with
-    /// each field masked to its width, so that a position below that offset names a queue and a
-    /// tag too large for any device.
+    /// Decodes a file position: relative to `UBLKSRV_IO_BUF_OFFSET`, with each field masked to its
+    /// width, so that a position below that offset names a queue and a tag too large for any
+    /// device.
     pub(crate) fn parse(pos: i64) -> Self {
-        // CAST: The offset fits in an `i64`; the difference is taken as the C driver's `loff_t`
-        // arithmetic takes it, and shifted arithmetically.
+        // CAST: The offset fits in an `i64`; the difference is a signed 64-bit one, as of two
+        // `loff_t`s, and shifted arithmetically.
         let rel = pos.wrapping_sub(i64::from(u::UBLKSRV_IO_BUF_OFFSET));
         // CAST: Each field is masked to its width, at most 16 bits, or 25 for the offset.
         Self {
@@ -422,12 +422,13 @@ pub(crate) const ELEM_HEADER_SIZE: usize = size_of::<u::ublk_elem_header>();
 pub(crate) const BATCH_F_HAS_ZONE_LBA: u16 = u::UBLK_BATCH_F_HAS_ZONE_LBA as u16;
 pub(crate) const BATCH_F_HAS_BUF_ADDR: u16 = u::UBLK_BATCH_F_HAS_BUF_ADDR as u16;
 pub(crate) const BATCH_F_AUTO_BUF_REG_FALLBACK: u16 = u::UBLK_BATCH_F_AUTO_BUF_REG_FALLBACK as u16;
-/// Every flag of a batch io command (`UBLK_BATCH_F_ALL` of the C driver).
+/// Every flag of a batch io command.
 pub(crate) const BATCH_F_ALL: u16 =
     BATCH_F_HAS_ZONE_LBA | BATCH_F_HAS_BUF_ADDR | BATCH_F_AUTO_BUF_REG_FALLBACK;
 
 /// `struct ublk_batch_io`, the payload of `UBLK_U_IO_PREP_IO_CMDS`, `UBLK_U_IO_COMMIT_IO_CMDS`
-/// and `UBLK_U_IO_FETCH_IO_CMDS`. Its reserved fields are not checked, as in the C driver.
+/// and `UBLK_U_IO_FETCH_IO_CMDS`. Its reserved fields are not checked: ublk_drv does not check
+/// them either, so servers may leave them unset.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct BatchIo {
     pub(crate) q_id: u16,
@@ -472,8 +473,8 @@ pub(crate) struct Elem {
     pub(crate) result: i32,
     /// The buffer address, 0 if the command has none.
     pub(crate) buf_addr: u64,
-    /// Where the data of a zone append landed; all ones if the command has no zone LBA, as in
-    /// the C driver.
+    /// Where the data of a zone append landed; all ones, which is no sector, if the command has
+    /// no zone LBA.
     pub(crate) zone_lba: u64,
 }
 

@@ -3,7 +3,7 @@
 //! Devices that users without `CAP_SYS_ADMIN` create (`UBLK_F_UNPRIVILEGED_DEV`), and who may
 //! send control commands to a device.
 //!
-//! The model is the C driver's:
+//! The model is that of ublk_drv, which unprivileged tools and servers are written against:
 //!
 //! - A device that a privileged caller creates only takes control commands from privileged
 //!   callers.
@@ -63,8 +63,8 @@ impl Owner {
 pub(crate) struct Unprivileged {
     /// Who created the device: the only user who may open its disk.
     owner: Owner,
-    /// A task of the process that opened `/dev/ublkcN` (the C driver's `ublksrv_tgid`), which a
-    /// request that times out kills. `None` while no server has `/dev/ublkcN` open.
+    /// A task of the process that opened `/dev/ublkcN`, which a request that times out kills.
+    /// `None` while no server has `/dev/ublkcN` open.
     server: Pin<KBox<SpinLock<Option<ARef<Task>>>>>,
 }
 
@@ -133,8 +133,8 @@ fn access_of(nr: u32) -> Result<Access> {
         | uapi::CMD_TRY_STOP_DEV
         | uapi::CMD_REG_BUF
         | uapi::CMD_UNREG_BUF => Ok(Access::READ | Access::WRITE),
-        // Also `UBLK_U_CMD_DEL_DEV_ASYNC`, as in the C driver: unprivileged servers delete their
-        // devices with `UBLK_U_CMD_DEL_DEV`.
+        // Also `UBLK_U_CMD_DEL_DEV_ASYNC`, which ublk_drv refuses them too: unprivileged servers
+        // delete their devices with `UBLK_U_CMD_DEL_DEV`.
         _ => Err(EINVAL),
     }
 }

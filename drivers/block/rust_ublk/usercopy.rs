@@ -7,7 +7,7 @@
 //! The file position names the queue, the tag and an offset into the data of the tag's request
 //! ([`UserCopyPos`]). Any thread of the server may copy, while the server serves the request:
 //! the copy borrows it from its io slot ([`io::with_lent`]). The checks, and the errno of each,
-//! are those of the C driver's `ublk_user_copy()`.
+//! are those of ublk_drv's `ublk_user_copy()`, so that servers see the same errors.
 //!
 //! With `UBLK_F_INTEGRITY`, positions with `UBLKSRV_IO_INTEGRITY_FLAG` name an offset into the
 //! integrity metadata of the request instead of its data.

@@ -48,8 +48,8 @@ pub(crate) fn auto_buf_reg(queue: &Queue, cmd: &Cmd<'_>) -> Result<AutoBufReg> {
 /// command's io slot as the fixed buffer `addr` of the command's ring.
 ///
 /// Any thread may register (`UBLK_F_BUF_REG_OFF_DAEMON`). On the slot's own thread, a slot whose
-/// request the server does not own is `EBUSY`, as the C driver's checks of that thread's
-/// commands give; elsewhere it is `EINVAL`.
+/// request the server does not own is `EBUSY`, as for the thread's other commands (see
+/// `Slot::check_owner`); elsewhere it is `EINVAL`. Servers see the errnos of ublk_drv.
 pub(crate) fn register_io_buf<'a>(
     dev: &UblkDevice,
     cmd: &Cmd<'a>,
@@ -68,7 +68,7 @@ pub(crate) fn register_io_buf<'a>(
         return Err(EINVAL);
     }
     let rq = slot.lend()?;
-    // CAST: As the C driver, the index is the low 32 bits of `addr`.
+    // CAST: The index is the low 32 bits of `addr`, as ublk_drv reads it.
     let index = io_cmd.addr as u32;
     let registered = cmd.register_request_buffer::<DiskOps, BufRelease>(rq, index, issue_flags);
     if registered.is_err() {
@@ -81,7 +81,7 @@ pub(crate) fn register_io_buf<'a>(
 /// `UBLK_U_IO_UNREGISTER_IO_BUF`: unregisters the fixed buffer `addr` of the command's ring.
 ///
 /// The buffer is released, and its request may end, once the ring's operations on it complete.
-/// As in the C driver, neither the queue nor the tag of the command matter.
+/// Neither the queue nor the tag of the command matter: the index names the buffer.
 pub(crate) fn unregister_io_buf<'a>(
     dev: &UblkDevice,
     cmd: &Cmd<'a>,
@@ -91,7 +91,7 @@ pub(crate) fn unregister_io_buf<'a>(
     if dev.flags & F_SUPPORT_ZERO_COPY == 0 {
         return Err(EINVAL);
     }
-    // CAST: As the C driver, the index is the low 32 bits of `addr`.
+    // CAST: The index is the low 32 bits of `addr`, as ublk_drv reads it.
     cmd.unregister_buffer(io_cmd.addr as u32, issue_flags)?;
     Ok(Issued::Done(0))
 }
