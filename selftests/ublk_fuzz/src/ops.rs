@@ -807,7 +807,9 @@ fn go_live(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
     };
     let mut line = format!("start with a server ublkc{} -> {got}", dev.id);
     if w.devs[i].live.is_some() {
-        // udev's probes and the partition scan let go of the new disk.
+        // The partition scan is over, and udev's probes let go of the new
+        // disk.
+        w.settle_scan(dev.id, dev.info.flags)?;
         w.settle_refs();
         line += &format!(
             " state={}",

@@ -12,14 +12,16 @@
 //! drawn (e.g. the FETCH that would let a waiting START_DEV go on while
 //! nobody answers the new disk's I/O). A wait that runs out is a hang: the
 //! round fails. What shows when a closed char device is released, and when
-//! udev and the partition scan let go of a started disk, is the driver
-//! module's reference count ([`World::settle_refs`]).
+//! udev lets go of a started disk, is the driver module's reference count
+//! ([`World::settle_refs`]); the partition scan, which holds no reference,
+//! is waited for with BLKRRPART ([`World::settle_scan`]).
 
 use anyhow::{bail, Result};
 use io_uring::squeue;
 use std::collections::BTreeSet;
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
-use ublk_badinput::cases::server::{Answering, Server};
+use ublk_badinput::cases::server::{open_disk, Answering, Server};
 use ublk_badinput::chardev::{self, IoBuf};
 use ublk_badinput::ctrl::{hdr, with_buf, Ctrl};
 use ublk_badinput::env::{dev_info, Dev, Env};
@@ -175,6 +177,49 @@ impl World {
                 Ok(Ok(n)) if n > held => std::thread::sleep(Duration::from_millis(10)),
                 _ => return,
             }
+        }
+    }
+
+    /// Waits until the partition scan that UBLK_U_CMD_START_DEV queued on
+    /// the started device `id` is over; `flags` are the device's.
+    ///
+    /// Both drivers scan in a work item that first allows the scan (clears
+    /// `GD_SUPPRESS_PART_SCAN`), then reads the partition table holding the
+    /// disk's `open_mutex`, without opening the disk: the module's reference
+    /// count does not show it. A scan whose reads are still queued when the
+    /// server goes away (QUIESCE_DEV, or the exit of a server with user
+    /// recovery) waits for a new server, and so does the C driver's
+    /// TRY_STOP_DEV, which takes `open_mutex` to count the disk's openers
+    /// (until END_USER_RECOVERY, or a STOP_DEV or DEL_DEV, which fail the
+    /// reads); the Rust driver's does not take it. That would be a race: the
+    /// start waits for the scan instead. BLKRRPART answers EINVAL until the
+    /// work item allowed the scan; then it scans itself, after the work
+    /// item's scan, since opening the disk takes `open_mutex`.
+    pub fn settle_scan(&self, id: u32, flags: u64) -> Result<()> {
+        // _IO(0x12, 95)
+        const BLKRRPART: libc::c_ulong = 0x125f;
+
+        if flags & UBLK_F_NO_AUTO_PART_SCAN != 0 {
+            return Ok(());
+        }
+        let start = Instant::now();
+        loop {
+            let disk = std::fs::OpenOptions::new().read(true).clone();
+            let file = match open_disk(id, &disk) {
+                Ok(f) => f,
+                // No disk (any more): no scan to wait for.
+                Err(_) => return Ok(()),
+            };
+            // SAFETY: BLKRRPART takes no argument; `file` is an open block
+            // device.
+            let r = unsafe { libc::ioctl(file.as_raw_fd(), BLKRRPART as _) };
+            if r == 0 || chardev::errno() != libc::EINVAL {
+                return Ok(());
+            }
+            if start.elapsed() > SETTLE {
+                bail!("ublkb{id}: the partition scan did not start within {SETTLE:?} of START_DEV: a hang");
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 
