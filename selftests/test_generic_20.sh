@@ -14,9 +14,10 @@
 # that completes requests at once, so that completions are in flight.
 # fio runs on CPU 0, the server on CPU 1, rq_affinity is 2.
 #
-# This script checks copy and user copy mode and recovery;
-# test_generic_28 runs it for the other modes (GENERIC_20_MODES), so that
-# each stays well under the selftests' time limit.
+# This script checks copy mode and recovery; test_generic_28 sources it to
+# check the other modes (the table of modes by test below), so that each
+# stays well under the selftests' time limit. A test none of whose modes
+# the kernel supports is skipped.
 
 . "$(cd "$(dirname "$0")" && pwd)"/test_common.sh
 
@@ -231,6 +232,14 @@ _recover() {
 	fi
 }
 
+# Kill the servers of devices of data copy mode $1, whose kublk options
+# are the rest
+_kill_mode() {
+	shift
+	_kill_server hold "$@"
+	_kill_server run "$@"
+}
+
 _prep_test "fault_inject" "kill the server of UBLK_F_SUPPORT_RQ_AFFINITY devices during I/O"
 
 if ! _have_feature "SUPPORT_RQ_AFFINITY"; then
@@ -246,24 +255,15 @@ if ! taskset -c "$SUBMIT_CPU" true 2>/dev/null ||
 	_skip "needs CPUs $SUBMIT_CPU and $SERVER_CPU online and usable"
 fi
 
-for mode in ${GENERIC_20_MODES:-copy user_copy}; do
-	case "$mode" in
-	copy)		feature="";		opts=() ;;
-	user_copy)	feature="USER_COPY";	opts=(-u) ;;
-	zero_copy)	feature="ZERO_COPY";	opts=(-z) ;;
-	auto_zc)	feature="AUTO_BUF_REG";	opts=(--auto_zc) ;;
-	batch)		feature="BATCH_IO";	opts=(-b) ;;
-	esac
-	if [ -n "$feature" ] && ! _have_feature "$feature"; then
-		echo "$TID: mode $mode not tested, the kernel lacks $feature"
-		continue
-	fi
+# the data copy modes of each test that runs this script
+case "$TID" in
+generic_20)	modes="copy" ;;
+generic_28)	modes="user_copy zero_copy auto_zc batch" ;;
+*)		modes="" ;;
+esac
+_run_data_modes _kill_mode "$modes"
 
-	_kill_server hold "${opts[@]}"
-	_kill_server run "${opts[@]}"
-done
-
-if [ -z "${GENERIC_20_MODES:-}" ] && _have_feature "USER_RECOVERY"; then
+if [ "$TID" = "generic_20" ] && _have_feature "USER_RECOVERY"; then
 	# requests owned by the server are failed, then reissued
 	_recover
 	_recover -i 1

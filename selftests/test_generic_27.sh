@@ -4,7 +4,7 @@
 # test_generic_19 for zero copy, auto buffer registration and batch I/O:
 # write and verify data on devices created with
 # UBLK_F_SUPPORT_RQ_AFFINITY.
+#
+# test_generic_19.sh picks the modes by the name of the test.
 
-# shellcheck disable=SC2034 # test_generic_19.sh reads it
-GENERIC_19_MODES="zero_copy auto_zc batch"
 . "$(cd "$(dirname "$0")" && pwd)"/test_generic_19.sh

@@ -31,7 +31,7 @@ pub struct AffinityOpts {
     #[arg(long, value_delimiter = ',', default_value = "0,1,2")]
     pub rq_affinity: Vec<u32>,
     /// The server's CPU cost per I/O in the main table, in ns (kublk null
-    /// --busy_ns).
+    /// --busy_ns: a busy-wait of that much wall-clock time per I/O).
     #[arg(long, default_value_t = 20_000)]
     pub cost_ns: u32,
     /// The costs of the crossover sweep, ns, comma separated.
