@@ -48,8 +48,8 @@ const REPORTS: &[Report] = &[
         dir: "xtask/results/rust-vs-c",
         link: "modes.md",
         what: "`cargo xtask bench rust-vs-c --modes ...`,\n  \
-               the Rust driver's IOPS against the C driver's per data mode\n  \
-               and iodepth",
+               the Rust driver's IOPS and guest CPU time per I/O against the\n  \
+               C driver's, per data mode and iodepth and over the cells of a mode",
     },
     Report {
         dir: "xtask/results/perf-profile",
