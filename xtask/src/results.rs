@@ -45,13 +45,6 @@ const REPORTS: &[Report] = &[
                per cell and over the cells), with its CSV, samples and plot",
     },
     Report {
-        dir: "xtask/results/bench-matrix-91",
-        link: "matrix.md",
-        what: "`cargo xtask bench matrix --driver c,rust --rounds 5`,\n  \
-               the same matrix again, Rust series patches 1-91, another boot:\n  \
-               how far one boot's over-cells ratios move",
-    },
-    Report {
         dir: "xtask/results/rust-vs-c",
         link: "modes.md",
         what: "`cargo xtask bench rust-vs-c --modes ...`,\n  \
@@ -80,6 +73,13 @@ const REPORTS: &[Report] = &[
                --driver c,rust` and the perf profile of that kernel: the C helpers\n  \
                inlined into the Rust code (CONFIG_RUST_INLINE_HELPERS, rustc 1.86.0),\n  \
                against the default kernel's",
+    },
+    Report {
+        dir: "xtask/results/bench-matrix-91",
+        link: "matrix.md",
+        what: "`cargo xtask bench matrix --driver c,rust --rounds 5`,\n  \
+               the same matrix again, Rust series patches 1-91, another boot:\n  \
+               how far one boot's over-cells ratios move",
     },
 ];
 
