@@ -87,16 +87,23 @@ pub fn collect(s: &Samples, plan: &Plan, failures: &[Failure]) -> Vec<CellStats>
 /// The median of the per-round Rust/C IOPS ratios of a row (rounds where
 /// both ran), with their smallest and largest.
 fn rust_c_ratio(c: Option<&CellStats>, rust: Option<&CellStats>) -> Option<(f64, f64, f64)> {
-    let (c, rust) = (c?, rust?);
-    let s = Summary::of(&round_ratios(&c.iops, &rust.iops))?;
-    Some((s.median, s.min, s.max))
+    ratio_of(c, rust, |s| &s.iops)
 }
 
 /// The Rust/C ratio of a cell's guest CPU time per I/O: the median of the
 /// per-round ratios, and their spread.
 fn rust_c_cpu_ratio(c: Option<&CellStats>, rust: Option<&CellStats>) -> Option<(f64, f64, f64)> {
-    let (c, rust) = (c?, rust?);
-    let s = Summary::of(&round_ratios(&c.cpu_us, &rust.cpu_us))?;
+    ratio_of(c, rust, |s| &s.cpu_us)
+}
+
+/// The median and spread of the per-round Rust/C ratios of what `of`
+/// picks from a cell's rounds.
+fn ratio_of(
+    c: Option<&CellStats>,
+    rust: Option<&CellStats>,
+    of: fn(&CellStats) -> &BTreeMap<u32, f64>,
+) -> Option<(f64, f64, f64)> {
+    let s = Summary::of(&round_ratios(of(c?), of(rust?)))?;
     Some((s.median, s.min, s.max))
 }
 
