@@ -15,7 +15,7 @@ JOB=$1
 
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 # For the harness tests (xtask/guest/tests/).
-export RUBLK RUBLK_MISSING SELFTESTS
+export RUBLK RUBLK_MISSING SELFTESTS DRIVER
 export HOME=/root TERM=${TERM:-linux} TMPDIR=/tmp
 
 say() { echo "xtask: $*"; }
@@ -98,12 +98,20 @@ dev_readonly() {
 }
 
 # load_driver c|rust: load exactly that ublk driver and check it owns
-# /dev/ublk-control.
+# /dev/ublk-control. The Rust driver is the module RUST_MODULE (job.env):
+# ublk_drv of the module tree with the Rust implementation as ublk_drv, as
+# a distribution ships it, so that the selftests' own `modprobe ublk_drv`
+# finds the driver under test loaded; or rust_ublk beside the C ublk_drv
+# (benchmarks, which load both in turn).
 load_driver() {
-	local want=$1 mod other
+	local want=$1 mod other impl
 	case "$want" in
-	c) mod=ublk_drv other=rust_ublk ;;
-	rust) mod=rust_ublk other=ublk_drv ;;
+	c) mod=ublk_drv other=rust_ublk impl=C ;;
+	rust)
+		mod=${RUST_MODULE:-rust_ublk} impl=Rust
+		other=ublk_drv
+		[ "$mod" = ublk_drv ] && other=rust_ublk
+		;;
 	none) return 0 ;;
 	*) say "unknown driver '$want'"; return 1 ;;
 	esac
@@ -111,12 +119,15 @@ load_driver() {
 		say "driver check: $other is loaded, refusing to test $mod"
 		return 1
 	fi
-	# Both drivers register /dev/ublk-control, so only one can be loaded.
-	# The selftests `modprobe ublk_drv` on their own; make that a no-op
-	# while the other driver is under test instead of a failed (and noisy)
-	# second registration.
-	mkdir -p /etc/modprobe.d
-	echo "install $other /bin/true" > /etc/modprobe.d/xtask-ublk.conf
+	# Which implementation modprobe finds under the name: the Rust one's
+	# description says so.
+	case "$(modinfo -F description "$mod" 2>/dev/null)" in
+	*Rust*) [ "$impl" = Rust ] ;;
+	*) [ "$impl" = C ] ;;
+	esac || {
+		say "driver check: $mod in $MODDIR is not the $impl driver: $(modinfo -n "$mod" 2>&1)"
+		return 1
+	}
 	if ! modprobe "$mod"; then
 		local ko
 		ko=$(find "$MODDIR/" -name "$mod.ko*" 2>/dev/null | head -n 1)

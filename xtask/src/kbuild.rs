@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use crate::progress::{detail, fmt_duration, phase};
 
+pub mod rust_drv;
+
 /// How to invoke make on the prepared tree.
 #[derive(Clone, Debug)]
 pub struct Make {
@@ -144,6 +146,8 @@ pub struct Outputs {
     pub release: String,
     /// `INSTALL_MOD_PATH` root; modules are in lib/modules/<release>.
     pub modroot: PathBuf,
+    /// The same with the Rust driver as `ublk_drv` ([`rust_drv`]).
+    pub modroot_rust: PathBuf,
     /// Exported UAPI headers (`make headers`).
     pub headers: PathBuf,
 }
@@ -158,6 +162,7 @@ impl Outputs {
             out: out.to_path_buf(),
             bzimage: out.join("arch/x86/boot/bzImage"),
             modroot: out.join("modroot"),
+            modroot_rust: rust_drv::modroot(out),
             headers: out.join("usr/include"),
             release,
         })
@@ -172,7 +177,7 @@ impl Outputs {
     }
 }
 
-fn collect_ko(dir: &Path, v: &mut Vec<PathBuf>) {
+pub fn collect_ko(dir: &Path, v: &mut Vec<PathBuf>) {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return;
     };
@@ -195,7 +200,9 @@ pub fn build(make: &Make, out: &Path, tree_head: &str, config_fp: &str) -> Resul
         && out.join("arch/x86/boot/bzImage").exists()
     {
         phase("kernel build up to date");
-        return Outputs::for_dir(out);
+        let outputs = Outputs::for_dir(out)?;
+        rust_drv::ensure(make, out, &outputs.modroot, &outputs.release, &stamp)?;
+        return Ok(outputs);
     }
     let _ = std::fs::remove_file(&stamp_file);
     let rust = make
@@ -225,6 +232,7 @@ pub fn build(make: &Make, out: &Path, tree_head: &str, config_fp: &str) -> Resul
             "INSTALL_MOD_STRIP=1",
         ],
     )?;
+    rust_drv::ensure(make, out, &outputs.modroot, &outputs.release, &stamp)?;
     std::fs::write(stamp_file, stamp)?;
     Ok(outputs)
 }

@@ -200,18 +200,18 @@ fn drivers(opts: &SelftestOpts) -> Vec<Driver> {
     }
 }
 
-/// Checks that the kernel built the module of each driver.
+/// Checks that the kernel built the module of each driver, in the module
+/// tree its boot uses.
 fn check_modules(kernel: &Outputs, drivers: &[Driver]) -> Result<()> {
     for d in drivers {
-        let m = d.module().unwrap();
-        if !kernel
-            .modules()
-            .iter()
-            .any(|p| p.file_stem().is_some_and(|s| s == m))
-        {
+        let m = d.module(false).unwrap();
+        let tree = d.modroot(false, kernel);
+        let mut found = Vec::new();
+        crate::kbuild::collect_ko(&tree.join("lib/modules").join(&kernel.release), &mut found);
+        if !found.iter().any(|p| p.file_stem().is_some_and(|s| s == m)) {
             bail!(
                 "{m}.ko was not built in {}: the {} driver is not in this kernel",
-                kernel.out.display(),
+                tree.display(),
                 d.name()
             );
         }

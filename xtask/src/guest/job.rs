@@ -27,11 +27,24 @@ impl Driver {
         }
     }
 
-    pub fn module(self) -> Option<&'static str> {
+    /// The driver's module: the Rust driver is `ublk_drv` of
+    /// `modroot-rust`, as a distribution ships it, but in a benchmark
+    /// (`bench`), which loads both drivers in turn in one boot, it is
+    /// `rust_ublk`, the Rust driver beside the C `ublk_drv`.
+    pub fn module(self, bench: bool) -> Option<&'static str> {
         match self {
             Driver::C => Some("ublk_drv"),
-            Driver::Rust => Some("rust_ublk"),
+            Driver::Rust if bench => Some("rust_ublk"),
+            Driver::Rust => Some("ublk_drv"),
             Driver::None => None,
+        }
+    }
+
+    /// The module tree that holds [`Driver::module`].
+    pub fn modroot(self, bench: bool, kernel: &Outputs) -> PathBuf {
+        match self {
+            Driver::Rust if !bench => kernel.modroot_rust.clone(),
+            _ => kernel.modroot.clone(),
         }
     }
 }
@@ -125,7 +138,11 @@ pub fn create(
         dir = layout.runs().join(format!("{stamp}-{name}.{n}"));
     }
     std::fs::create_dir_all(&dir)?;
-    let moddir = kernel.modroot.join("lib/modules").join(&kernel.release);
+    let bench = matches!(mode, Mode::Bench(_));
+    let moddir = driver
+        .modroot(bench, kernel)
+        .join("lib/modules")
+        .join(&kernel.release);
     let mut jobs = 1;
     let (mode_name, timeout) = match mode {
         Mode::Selftest {
@@ -177,6 +194,10 @@ pub fn create(
     let mut env = vec![
         ("MODE", mode_name.to_string()),
         ("DRIVER", driver.name().to_string()),
+        (
+            "RUST_MODULE",
+            Driver::Rust.module(bench).unwrap_or_default().to_string(),
+        ),
         ("MODDIR", moddir.display().to_string()),
         ("SELFTESTS", selftests.display().to_string()),
         ("EXTRAS", userland.extras.display().to_string()),
@@ -293,6 +314,30 @@ mod tests {
             std::fs::read_to_string(to.join("trace/seq_io.bt")).unwrap(),
             "bt"
         );
+    }
+
+    #[test]
+    fn the_rust_driver_is_ublk_drv_of_modroot_rust_but_in_benchmarks() {
+        let k = Outputs {
+            out: "/o".into(),
+            bzimage: "/o/bzImage".into(),
+            release: "7.3.4+".into(),
+            modroot: "/o/modroot".into(),
+            modroot_rust: "/o/modroot-rust".into(),
+            headers: "/o/usr/include".into(),
+        };
+        assert_eq!(Driver::Rust.module(false), Some("ublk_drv"));
+        assert_eq!(
+            Driver::Rust.modroot(false, &k),
+            Path::new("/o/modroot-rust")
+        );
+        assert_eq!(Driver::Rust.module(true), Some("rust_ublk"));
+        assert_eq!(Driver::Rust.modroot(true, &k), Path::new("/o/modroot"));
+        for bench in [false, true] {
+            assert_eq!(Driver::C.module(bench), Some("ublk_drv"));
+            assert_eq!(Driver::C.modroot(bench, &k), Path::new("/o/modroot"));
+            assert_eq!(Driver::None.modroot(bench, &k), Path::new("/o/modroot"));
+        }
     }
 
     #[test]
