@@ -366,11 +366,9 @@ slab_growth() {
 		"$1" "$2" | sort -t+ -k2 -rn | head -n 5 | tr '\n' ' '
 }
 
-# leftovers: ublk devices, disks and char devices that should be gone (the
-# C driver's char devices are in class ublk-char, the Rust driver's are misc
-# devices).
+# leftovers: ublk devices, disks and char devices that should be gone.
 leftovers() {
-	ls -d /sys/class/ublk-char/* /sys/class/misc/ublkc* /sys/block/ublkb* \
+	ls -d /sys/class/ublk-char/* /sys/block/ublkb* \
 		/dev/ublkc* /dev/ublkb* 2>/dev/null | tr '\n' ' '
 }
 
