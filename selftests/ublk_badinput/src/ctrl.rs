@@ -134,6 +134,15 @@ impl Ctrl {
     }
 }
 
+/// Whether modprobe's `module` is the Rust implementation of the ublk driver (a kernel configured
+/// with `CONFIG_BLK_DEV_UBLK_IMPL_RUST` has it as `ublk_drv`): its description says so.
+pub fn is_rust_implementation(module: &str) -> bool {
+    std::process::Command::new("modinfo")
+        .args(["-F", "description", module])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("Rust"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

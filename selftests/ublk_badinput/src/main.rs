@@ -116,6 +116,13 @@ fn main() -> ExitCode {
     }
 }
 
+/// Whether the ublk driver loaded is the C one: the module `ublk_drv`, unless the Rust
+/// implementation is `ublk_drv` in this kernel.
+fn is_c_driver() -> bool {
+    std::path::Path::new("/sys/module/ublk_drv").exists()
+        && !ublk_badinput::ctrl::is_rust_implementation("ublk_drv")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,14 +149,4 @@ mod tests {
             Err("cleanup: y".into())
         );
     }
-}
-
-/// Whether the ublk driver loaded is the C one: the module `ublk_drv`, unless the Rust
-/// implementation is `ublk_drv` in this kernel, as its description says.
-fn is_c_driver() -> bool {
-    std::path::Path::new("/sys/module/ublk_drv").exists()
-        && !std::process::Command::new("modinfo")
-            .args(["-F", "description", "ublk_drv"])
-            .output()
-            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("Rust"))
 }

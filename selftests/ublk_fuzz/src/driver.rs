@@ -4,7 +4,7 @@
 use anyhow::{bail, Context, Result};
 use std::process::Command;
 use std::time::{Duration, Instant};
-use ublk_badinput::ctrl::CONTROL;
+use ublk_badinput::ctrl::{self, CONTROL};
 
 /// The drivers a differential run compares: (short name, module).
 pub const DRIVERS: [(&str, &str); 2] = [("c", "ublk_drv"), ("rust", "rust_ublk")];
@@ -29,6 +29,8 @@ pub fn available(module: &str) -> bool {
             .map(|o| o.status.success())
             .unwrap_or(false)
 }
+
+pub use ctrl::is_rust_implementation;
 
 fn run(cmd: &str, args: &[&str]) -> Result<()> {
     let out = Command::new(cmd)

@@ -196,6 +196,13 @@ fn main() -> ExitCode {
         Some(m) => vec![m],
         None => DRIVERS.iter().map(|(_, m)| *m).collect(),
     };
+    if wanted.contains(&DRIVERS[0].1) && driver::is_rust_implementation(DRIVERS[0].1) {
+        println!(
+            "# SKIP {} is the Rust implementation in this kernel: no C driver to compare with",
+            DRIVERS[0].1
+        );
+        return ExitCode::from(KSFT_SKIP);
+    }
     if let Some(m) = wanted.iter().find(|m| !driver::available(m)) {
         println!("# SKIP module {m} not found (a kernel without it, or it is built in)");
         return ExitCode::from(KSFT_SKIP);
