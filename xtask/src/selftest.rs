@@ -43,9 +43,10 @@ pub enum DriverChoice {
 pub struct SelftestOpts {
     #[command(flatten)]
     pub kernel: KernelOpts,
-    /// The ublk driver: c (ublk_drv), rust (rust_ublk), or both, one boot
-    /// each with every selected test; default both, because the suite is
-    /// meant to pass on both drivers.
+    /// The ublk driver: c (the C ublk_drv), rust (the Rust one, as the module
+    /// ublk_drv of modroot-rust), or both, one boot each with every selected
+    /// test; default both, because the suite is meant to pass on both
+    /// drivers.
     #[arg(long, value_enum, default_value = "both")]
     pub driver: DriverChoice,
     /// Run only tests whose name matches REGEX (repeatable: any may match).

@@ -15,8 +15,10 @@ use crate::userland;
 pub struct VmOpts {
     #[command(flatten)]
     pub kernel: KernelOpts,
-    /// The ublk driver the guest loads: c (ublk_drv), rust (rust_ublk), or
-    /// none; default c, because a guest holds one driver at a time and the
+    /// The ublk driver the guest loads: c (the C ublk_drv), rust (the Rust
+    /// one, as the module ublk_drv of modroot-rust), or none (both modules
+    /// of the kernel's tree can be loaded by hand: ublk_drv, rust_ublk);
+    /// default c, because a guest holds one driver at a time and the
     /// upstream one is the reference.
     #[arg(long, value_enum, default_value = "c")]
     pub driver: Driver,
