@@ -2,7 +2,10 @@
 
 //! `/dev/ublkcN`, the device through which the ublk server serves the I/O of a device.
 //!
-//! It is a misc device named `ublkcN`, registered with the device it belongs to. Only one
+//! It is the character device `ublkcN` of class `ublk-char`, whose minor number is the device
+//! number `N` in the driver's region of character device numbers ([`control::Control`]), below
+//! `/dev/ublk-control`'s device: user space finds devices by listing `/sys/class/ublk-char`. It
+//! is added with the device it belongs to, and removed when the device is deleted. Only one
 //! process, the ublk server, can have it open at a time. The server maps the io descriptors of
 //! each queue read-only, and sends the io commands of [`crate::io`] with io_uring. With
 //! `UBLK_F_USER_COPY`, it reads and writes the data of requests with `pread` and `pwrite`
@@ -10,6 +13,7 @@
 
 use crate::{
     batch, commit,
+    control::Control,
     device::{Server, UblkDevice},
     features::F_BATCH_IO,
     iodesc, teardown,
@@ -18,11 +22,12 @@ use crate::{
     zerocopy,
 };
 use kernel::{
+    chrdev::{self, CharDevice},
     current,
     fs::{File, Kiocb},
     io_uring::{IoUringCmd, IoUringCmdCancel, IssueFlags, Issued},
     iov::{IovIterDest, IovIterSource},
-    miscdevice::{MiscCmdFile, MiscDevice, MiscDeviceRegistration},
+    miscdevice::{MiscCmdFile, MiscDevice},
     mm::{virt::VmaNew, Mm},
     prelude::*,
     str::CString,
@@ -35,26 +40,23 @@ pub(crate) type Cmd<'a> = IoUringCmd<'a, MiscCmdFile<CharDev>>;
 /// The file operations of `/dev/ublkcN`.
 pub(crate) struct CharDev;
 
-/// Registers `/dev/ublkcN` for `dev`.
-pub(crate) fn register(dev: Arc<UblkDevice>) -> Result<Pin<KBox<MiscDeviceRegistration<CharDev>>>> {
+/// Adds `/dev/ublkcN` for `dev`, with minor number `N`.
+pub(crate) fn register(
+    ctl: &Control,
+    dev: Arc<UblkDevice>,
+) -> Result<chrdev::Registration<CharDev>> {
     let name = CString::try_from_fmt(fmt!("ublkc{}", dev.id))?;
-    KBox::pin_init(
-        MiscDeviceRegistration::register_with_name(name, dev),
-        GFP_KERNEL,
-    )
+    chrdev::Registration::register(&ctl.region, dev.id, &ctl.class, ctl.parent(), &name, dev)
 }
 
-#[vtable]
-impl MiscDevice for CharDev {
-    type Ptr = Arc<UblkDevice>;
-    type RegistrationData = Arc<UblkDevice>;
-
-    // `UBLK_U_IO_FETCH_IO_CMDS` of `UBLK_F_BATCH_IO`.
-    const URING_CMD_MULTISHOT: bool = true;
-
-    fn open(_file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<Arc<UblkDevice>> {
-        let dev = misc.data();
+impl CharDevice for CharDev {
+    fn open(_file: &File, dev: &Arc<UblkDevice>) -> Result<Arc<UblkDevice>> {
         let mut state = dev.state.lock();
+        // Deleted devices are not served any more, even if a file of theirs was looked up
+        // before the deletion.
+        if state.deleted {
+            return Err(ENXIO);
+        }
         if matches!(state.server, Server::Attached { .. }) {
             return Err(EBUSY);
         }
@@ -69,6 +71,17 @@ impl MiscDevice for CharDev {
         drop(state);
         Ok(dev.clone())
     }
+}
+
+#[vtable]
+impl MiscDevice for CharDev {
+    type Ptr = Arc<UblkDevice>;
+    type RegistrationData = Arc<UblkDevice>;
+
+    // `UBLK_U_IO_FETCH_IO_CMDS` of `UBLK_F_BATCH_IO`.
+    const URING_CMD_MULTISHOT: bool = true;
+
+    // Opened as a char device: `CharDevice::open`.
 
     fn release(dev: Arc<UblkDevice>, _file: &File) {
         // Every command of the server is completed by now, since a queued command keeps the file

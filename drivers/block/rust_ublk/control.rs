@@ -17,20 +17,23 @@ use crate::{
     unpriv::{self, Owner},
 };
 use kernel::{
+    chrdev::{self, ClassRegistration, Region},
     cpu::{nr_cpu_ids, CpuId},
     cred::{capable, Capability},
+    device::Device,
     fs::File,
     io_uring::{IoUringCmd, IssueFlags, Issued},
     miscdevice::{MiscCmdFile, MiscDevice, MiscDeviceRegistration},
     new_mutex,
     prelude::*,
     rbtree::RBTree,
-    sync::{Arc, ArcBorrow, Mutex},
+    sync::{aref::ARef, Arc, ArcBorrow, Mutex, SetOnce},
     uaccess::{UserPtr, UserSlice},
 };
 
-/// Number of device numbers (`UBLK_MAX_UBLKS`, the minors of a character device region).
-const MAX_UBLKS: u32 = 1 << 20;
+/// Number of device numbers (`UBLK_MAX_UBLKS`): the minor numbers of the region of `/dev/ublkcN`,
+/// whose minor number is `N`.
+const MAX_UBLKS: u32 = 1 << kernel::bindings::MINORBITS;
 
 /// A device known to the control device.
 ///
@@ -41,7 +44,7 @@ const MAX_UBLKS: u32 = 1 << 20;
 struct Entry {
     dev: Arc<UblkDevice>,
     /// `/dev/ublkcN`; `None` once the device is deleted.
-    char_dev: Option<Pin<KBox<MiscDeviceRegistration<CharDev>>>>,
+    char_dev: Option<chrdev::Registration<CharDev>>,
 }
 
 impl Entry {
@@ -64,23 +67,51 @@ impl Drop for Entry {
     }
 }
 
-/// The state of the control device: the devices, by number.
+/// The state of the control device: the devices, by number, and what their `/dev/ublkcN` are
+/// made in.
 #[pin_data]
 pub(crate) struct Control {
     #[pin]
     devices: Mutex<RBTree<u32, Entry>>,
+    /// The device numbers of `/dev/ublkcN`, `ublk-char` in `/proc/devices`: minor `N` is device
+    /// `N`'s.
+    pub(crate) region: Arc<Region>,
+    /// The class of `/dev/ublkcN`.
+    pub(crate) class: Arc<ClassRegistration>,
+    /// The device of `/dev/ublk-control`, the parent of `/dev/ublkcN`; set when it is first
+    /// opened, which is before any device is added.
+    parent: SetOnce<ARef<Device>>,
 }
 
 impl Control {
-    /// Creates the state of the control device, once the module parameters are found valid.
-    pub(crate) fn new() -> Result<Arc<Self>> {
+    /// Creates the state of the control device, once the module parameters are found valid:
+    /// registers the region of device numbers and `class`.
+    pub(crate) fn new(class: &'static chrdev::Class) -> Result<Arc<Self>> {
         check_module_parameters()?;
+        let region = Arc::new(Region::alloc(MAX_UBLKS, c"ublk-char")?, GFP_KERNEL)?;
+        let class = Arc::new(ClassRegistration::new(class)?, GFP_KERNEL)?;
         Arc::pin_init(
             pin_init!(Self {
                 devices <- new_mutex!(RBTree::new()),
+                region,
+                class,
+                parent: SetOnce::new(),
             }),
             GFP_KERNEL,
         )
+    }
+
+    /// Returns the parent of `/dev/ublkcN`, the device of `/dev/ublk-control`.
+    pub(crate) fn parent(&self) -> Option<&Device> {
+        self.parent.as_ref().map(|p| &**p)
+    }
+
+    /// Deletes every device, for the module's removal: their `/dev/ublkcN` are removed before
+    /// their parent, `/dev/ublk-control`, and the class.
+    pub(crate) fn remove_all(&self) {
+        let devices = core::mem::take(&mut *self.devices.lock());
+        // Dropped without the lock, as when the control device goes.
+        drop(devices);
     }
 
     /// Returns device `id`, unless its number is free.
@@ -98,7 +129,7 @@ impl Control {
             .get(&dev.id)
             .filter(|e| core::ptr::eq(&*e.dev, dev))
             .and_then(|e| e.char_dev.as_ref())
-            .map(|c| (c.major(), c.minor()))
+            .map(|c| (c.devt().major(), c.devt().minor()))
             .unwrap_or((0, 0))
     }
 }
@@ -123,6 +154,9 @@ impl MiscDevice for ControlFile {
     type RegistrationData = Arc<Control>;
 
     fn open(_file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<Arc<Control>> {
+        // Commands only come through an open file: the parent is known before the first
+        // `UBLK_U_CMD_ADD_DEV`. Later opens find it set.
+        misc.data().parent.populate(ARef::from(misc.device()));
         Ok(misc.data().clone())
     }
 
@@ -361,7 +395,7 @@ fn add_dev(ctl: &Control, header: &CtrlCmd) -> Result {
 
     let dev = UblkDevice::new(info)?;
     writer.write_slice(&info.to_bytes())?;
-    let char_dev = Some(chardev::register(dev.clone())?);
+    let char_dev = Some(chardev::register(ctl, dev.clone())?);
     devices.try_create_and_insert(id, Entry { dev, char_dev }, GFP_KERNEL)?;
     Ok(())
 }
@@ -405,8 +439,14 @@ fn del_dev(ctl: &Control, dev: &Arc<UblkDevice>, wait: bool) -> Result {
             .get_mut(&dev.id)
             .filter(|e| Arc::ptr_eq(&e.dev, dev))
             .and_then(|e| e.char_dev.take());
-        // Deregistered under the lock, which waits for an `open` in progress: a lookup that
-        // sees the entry without `/dev/ublkcN` then knows that no server can still attach.
+        // `open` refuses a deleted device, under the device lock: a lookup that sees the entry
+        // without `/dev/ublkcN` then knows that no server can still attach (an `open` that took
+        // the device lock first attached its server, which the lookup sees). Removed under the
+        // table lock, so that a new device cannot take the number, hence the minor number,
+        // before the old one is removed.
+        if char_dev.is_some() {
+            dev.state.lock().deleted = true;
+        }
         drop(char_dev);
     }
     if wait {

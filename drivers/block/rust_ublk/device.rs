@@ -99,6 +99,9 @@ pub(crate) struct DeviceState {
     /// Whether [`UblkDevice::stop`] is deleting the disk, which the release of `/dev/ublkcN`
     /// waits for before it looks at the device's life.
     pub(crate) deleting: bool,
+    /// Whether the device was deleted (`UBLK_U_CMD_DEL_DEV`): `/dev/ublkcN` cannot be opened any
+    /// more.
+    pub(crate) deleted: bool,
 }
 
 impl DeviceState {
@@ -245,6 +248,7 @@ impl UblkDevice {
                     server: Server::Detached,
                     queue_fetched,
                     deleting: false,
+                    deleted: false,
                 }),
                 shmem <- new_mutex!(shmem::Buffers::new()),
                 canceled <- new_mutex!(false),

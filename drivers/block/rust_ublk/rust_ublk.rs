@@ -13,9 +13,11 @@
 //! advertises in `UBLK_U_CMD_GET_FEATURES` and accepts in `UBLK_U_CMD_ADD_DEV` only the features
 //! it implements ([`features`]).
 //!
-//! `/dev/ublkcN` is a misc device named `ublkcN` rather than a character device of a region of
-//! its own: user space only opens it by name and reads its device number from
-//! `UBLK_PARAM_TYPE_DEVT`, so the difference is not visible to ublk servers.
+//! `/dev/ublkcN` is the character device `ublkcN` of class `ublk-char`, with minor number `N` in a
+//! region of its own (`ublk-char` in `/proc/devices`), below `/dev/ublk-control`: user space
+//! lists `/sys/class/ublk-char` to find the devices, reads the device number from
+//! `UBLK_PARAM_TYPE_DEVT`, and the permission check of unprivileged devices compares the path
+//! it is given with that number.
 //!
 //! # State
 //!
@@ -46,9 +48,10 @@
 //!    thread, with it ([`chardev`]), so that the device lock is only ever taken under it.
 //! 2. `Control::devices` (mutex): the table of devices. `UBLK_U_CMD_ADD_DEV` holds it while it
 //!    creates the device, copies the device information to user space (the mmap lock, on a
-//!    fault) and registers `/dev/ublkcN` (the misc device lock). Lookups take the device lock
-//!    under it, to free the number of a deleted device whose server has gone.
-//! 3. The misc device lock: held by the misc core around `open` of `/dev/ublkcN`.
+//!    fault) and adds `/dev/ublkcN`; `UBLK_U_CMD_DEL_DEV` removes it under it. Lookups take the
+//!    device lock under it, to free the number of a deleted device whose server has gone.
+//! 3. No lock of the driver core is held around `open` of `/dev/ublkcN`, which may come after the
+//!    device was deleted: `open` refuses a deleted device under the device lock.
 //! 4. `UblkDevice::shmem` (mutex): the shared-memory buffers of the server ([`shmem`]).
 //!    `UBLK_U_CMD_REG_BUF` and `UBLK_U_CMD_UNREG_BUF` freeze the disk's queue under it, which
 //!    waits for the requests in flight (ending them takes none of these locks; requests put
@@ -83,6 +86,7 @@
 //! context holds two slots at once.
 
 use kernel::{
+    chrdev,
     miscdevice::{
         MiscDeviceOptions,
         MiscDeviceRegistration, //
@@ -110,24 +114,49 @@ mod usercopy;
 mod zerocopy;
 mod zoned;
 
-module! {
-    type: RustUblk,
-    name: "rust_ublk",
-    authors: ["rust ublk"],
-    description: "Userspace block driver (Rust implementation)",
-    license: "GPL",
-    params: {
-        ublks_max: u32 {
-            default: 64,
-            description: "max number of unprivileged ublk devices allowed to add(default: 64)",
-        },
-    },
+/// Declares the module, named `$name`.
+macro_rules! ublk_module {
+    ($name:tt) => {
+        module! {
+            type: RustUblk,
+            name: $name,
+            authors: ["rust ublk"],
+            description: "Userspace block driver (Rust implementation)",
+            license: "GPL",
+            params: {
+                ublks_max: u32 {
+                    default: 64,
+                    description:
+                        "max number of unprivileged ublk devices allowed to add(default: 64)",
+                    perm: 0o444,
+                },
+            },
+        }
+    };
 }
 
-#[pin_data]
+// The module is `ublk_drv` when the Rust implementation is chosen for `CONFIG_BLK_DEV_UBLK` (the
+// Makefile sets the cfg), and `rust_ublk` beside the C `ublk_drv` otherwise.
+#[cfg(ublk_module_ublk_drv)]
+ublk_module!("ublk_drv");
+#[cfg(not(ublk_module_ublk_drv))]
+ublk_module!("rust_ublk");
+
+/// The class of `/dev/ublkcN`: `/sys/class/ublk-char`.
+static UBLK_CHAR_CLASS: chrdev::Class = chrdev::Class::new(c"ublk-char");
+
+#[pin_data(PinnedDrop)]
 struct RustUblk {
     #[pin]
     control: MiscDeviceRegistration<control::ControlFile>,
+}
+
+#[pinned_drop]
+impl PinnedDrop for RustUblk {
+    fn drop(self: Pin<&mut Self>) {
+        // `/dev/ublkcN` are children of `/dev/ublk-control`: removed first.
+        self.control.data().remove_all();
+    }
 }
 
 impl kernel::InPlaceModule for RustUblk {
@@ -137,7 +166,7 @@ impl kernel::InPlaceModule for RustUblk {
                 MiscDeviceOptions {
                     name: c"ublk-control",
                 },
-                control::Control::new()?,
+                control::Control::new(&UBLK_CHAR_CLASS)?,
             ),
         })
     }
