@@ -65,7 +65,12 @@ pub struct Region {
 
 impl Region {
     /// Allocates a region of `count` minor numbers from 0, named `name` in `/proc/devices`.
+    ///
+    /// An empty region is `EINVAL`: it could not be given back.
     pub fn alloc(count: u32, name: &'static CStr) -> Result<Self> {
+        if count == 0 {
+            return Err(EINVAL);
+        }
         let mut first: bindings::dev_t = 0;
         // SAFETY: `first` is valid for writes and `name` is a NUL-terminated string that outlives
         // the region.

@@ -13,8 +13,15 @@
 # driver also its glue in the kernel image (kernel crate functions and
 # rust_helper_* calls) and their sum.
 #
+# MODES names the data modes to profile, in turn (default copy): copy,
+# user_copy (kublk -u), zero_copy (-z), auto_zc (--auto_zc), batch (-b),
+# as `cargo xtask bench rust-vs-c --modes` names them; ROUNDS the rounds
+# per mode (default 3; the symbols are printed in the last).
+#
 # Boot with no driver loaded and run it:
 #   cargo xtask vm --driver none -- bash xtask/guest/perf_drivers.sh
+#   cargo xtask vm --driver none -- env MODES="zero_copy batch" ROUNDS=2 \
+#     bash xtask/guest/perf_drivers.sh
 # It uses the host's /usr/bin/perf (Debian's linux-perf), which the guest
 # sees through its 9p root.
 #
@@ -24,11 +31,21 @@
 echo "clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
 K=$SELFTESTS/kublk
 command -v /usr/bin/perf >/dev/null || { echo "no /usr/bin/perf on the host (apt-get install linux-perf)"; exit 4; }
-for round in 1 2 3; do
+ROUNDS=${ROUNDS:-3}
+for mode in ${MODES:-copy}; do
+case $mode in
+  copy) opts=() ;;
+  user_copy) opts=(-u) ;;
+  zero_copy) opts=(-z) ;;
+  auto_zc) opts=(--auto_zc) ;;
+  batch) opts=(-b) ;;
+  *) echo "unknown data mode '$mode' (copy, user_copy, zero_copy, auto_zc, batch)"; exit 2 ;;
+esac
+for round in $(seq 1 "$ROUNDS"); do
 for mod in ublk_drv rust_ublk; do
   modprobe $mod || { echo "modprobe $mod failed"; exit 1; }
   for rw in randread randwrite; do
-    $K add -t null -q 1 -d 128 > /tmp/add.txt 2>&1 || { cat /tmp/add.txt; exit 1; }
+    $K add -t null -q 1 -d 128 "${opts[@]}" > /tmp/add.txt 2>&1 || { cat /tmp/add.txt; exit 1; }
     dev=$(ls /dev/ublkb* | head -1)
     fio --name=p --filename=$dev --ioengine=io_uring --direct=1 --bs=4k --rw=$rw --iodepth=16 \
         --numjobs=1 --cpus_allowed=1 --time_based --runtime=10 --output-format=terse --terse-version=3 > /tmp/fio.txt 2>&1 &
@@ -36,9 +53,9 @@ for mod in ublk_drv rust_ublk; do
     sleep 2
     /usr/bin/perf record -a -e cpu-clock -F 4000 -o /tmp/perf.data -- sleep 6 2>/dev/null >/dev/null
     wait $fpid
-    echo "=== round $round $mod $rw: $(awk -F';' '{print "iops read", $8, "write", $49}' /tmp/fio.txt)"
+    echo "=== $mode round $round $mod $rw: $(awk -F';' '{print "iops read", $8, "write", $49}' /tmp/fio.txt)"
     /usr/bin/perf report -i /tmp/perf.data --stdio --no-children --sort dso 2>/dev/null | grep -v "^#" | grep -v "^$" | head -4
-    if [ $round = 3 ]; then
+    if [ "$round" = "$ROUNDS" ]; then
       echo "--- module symbols ($mod)"
       /usr/bin/perf report -i /tmp/perf.data --stdio --no-children --sort dso,sym 2>/dev/null | grep -F "[$mod]" | head -30
       if [ $mod = rust_ublk ]; then
@@ -63,5 +80,6 @@ for mod in ublk_drv rust_ublk; do
     sleep 1
   done
   rmmod $mod || echo "rmmod $mod failed"
+done
 done
 done

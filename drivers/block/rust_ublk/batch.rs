@@ -33,17 +33,17 @@
 
 use crate::{
     chardev::Cmd,
-    device::{Server, UblkDevice},
+    device::{DeviceState, UblkDevice},
     dispatch,
     io::{self, Copy, Served, RES_ABORT},
-    queue::{Queue, QueueState, Rq},
+    queue::{DiskOps, Queue, QueueState, Rq},
     slot::{describe, refuse, Held, Phase, Slot},
     uapi::{self, AutoBufReg, BatchIo, Elem, IoCmd},
     zerocopy, zoned,
 };
 use kernel::{
     alloc::kvec::InsertError,
-    block::ReqOp,
+    block::{mq::CompletionBatch, ReqOp},
     io_uring::{IoUringCmdCancel, IssueFlags, Issued, MultishotCmd, QueuedIoUringCmd},
     new_spinlock,
     prelude::*,
@@ -233,10 +233,10 @@ fn check_header<'a>(dev: &'a UblkDevice, hdr: &BatchIo) -> Result<&'a Arc<Queue>
         return Err(EINVAL);
     }
     // Only in copy mode do the commands name buffers.
-    if hdr.flags & uapi::BATCH_F_HAS_BUF_ADDR != 0 && !queue.copies_data() {
+    if hdr.flags & uapi::BATCH_F_HAS_BUF_ADDR != 0 && !queue.data.copies() {
         return Err(EINVAL);
     }
-    if hdr.flags & uapi::BATCH_F_AUTO_BUF_REG_FALLBACK != 0 && !queue.auto_buf_reg {
+    if hdr.flags & uapi::BATCH_F_AUTO_BUF_REG_FALLBACK != 0 && !queue.data.auto_buf_reg() {
         return Err(EINVAL);
     }
     if hdr.flags & !uapi::BATCH_F_ALL != 0 {
@@ -258,13 +258,13 @@ fn check_header<'a>(dev: &'a UblkDevice, hdr: &BatchIo) -> Result<&'a Arc<Queue>
 /// slot keeps it (see [`io::buf_addr`]), with where the buffer goes on a device with
 /// `UBLK_F_AUTO_BUF_REG`; `EINVAL` if a device in copy mode gets no buffer.
 fn elem_buf(queue: &Queue, hdr: &BatchIo, elem: &Elem) -> Result<(u64, AutoBufReg)> {
-    if queue.auto_buf_reg {
+    if queue.data.auto_buf_reg() {
         let reg = AutoBufReg {
             index: elem.buf_index,
             fallback: hdr.flags & uapi::BATCH_F_AUTO_BUF_REG_FALLBACK != 0,
         };
         Ok((reg.to_sqe_addr(), reg))
-    } else if queue.copies_data() && elem.buf_addr == 0 {
+    } else if queue.data.copies() && elem.buf_addr == 0 {
         Err(EINVAL)
     } else {
         Ok((elem.buf_addr, AutoBufReg::default()))
@@ -298,36 +298,33 @@ fn prep<'a>(dev: &UblkDevice, cmd: &Cmd<'a>, hdr: &BatchIo) -> Result<Issued<'a>
 
     // Serializes the offers of io slots, and counts them for `UBLK_U_CMD_START_DEV`.
     let mut state = dev.state.lock();
-    let mut done = 0;
+    // At most `nr_elem`, a `u16`.
+    let mut done: u16 = 0;
     let mut ret = Ok(());
     for b in elems.chunks_exact(elem_bytes) {
-        ret = prep_one(dev, queue, &mut state.server, hdr, &Elem::parse(b, hdr));
+        ret = prep_one(dev, queue, &state, done.into(), hdr, &Elem::parse(b, hdr));
         if ret.is_err() {
             break;
         }
         done += 1;
     }
     if let Err(e) = ret {
-        for b in elems.chunks_exact(elem_bytes).take(done) {
-            unprep_one(queue, &mut state.server, &Elem::parse(b, hdr));
+        for b in elems.chunks_exact(elem_bytes).take(done.into()) {
+            unprep_one(queue, &Elem::parse(b, hdr));
         }
         return Err(e);
     }
-    // The server is the process that offers the io slots.
-    UblkDevice::fetched_by_current(&mut state.server);
-    // CAST: At most `nr_elem`, a `u16`.
-    state.mark_fetched(dev, queue, hdr.q_id, done as u16);
-    if state.nr_fetched() == dev.nr_ios() {
-        dev.ready.notify_all();
-    }
+    state.count_fetched(dev, queue, hdr.q_id, done);
     Ok(Issued::Done(0))
 }
 
-/// Offers the io slot of one element of `UBLK_U_IO_PREP_IO_CMDS` (`ublk_batch_prep_io()`).
+/// Offers the io slot of one element of `UBLK_U_IO_PREP_IO_CMDS` (`ublk_batch_prep_io()`), after
+/// `pending` others of the same command.
 fn prep_one(
     dev: &UblkDevice,
     queue: &Queue,
-    server: &mut Server,
+    state: &DeviceState,
+    pending: u32,
     hdr: &BatchIo,
     elem: &Elem,
 ) -> Result {
@@ -336,25 +333,17 @@ fn prep_one(
     if queue.state() == QueueState::Stopping {
         return Err(RES_ABORT);
     }
-    let nr_fetched = match server {
-        // Offering is over once every io slot was offered.
-        Server::Attached { nr_fetched, .. } if *nr_fetched == dev.nr_ios() => return Err(EBUSY),
-        Server::Attached { nr_fetched, .. } => nr_fetched,
-        // A command keeps `/dev/ublkcN` open, so the server is attached.
-        Server::Detached => return Err(EINVAL),
-    };
+    state.may_fetch(dev, pending)?;
     // Each io slot is offered once. The device lock keeps the slot idle: only offers, under it,
     // leave that phase.
     slot.hold(Phase::Idle)
         .ok_or(EINVAL)?
-        .prepare(addr, auto_reg)?;
-    *nr_fetched += 1;
-    Ok(())
+        .prepare(addr, auto_reg)
 }
 
 /// Takes back the offer of the io slot of an element that [`prep_one`] took
 /// (`ublk_batch_unprep_io()`).
-fn unprep_one(queue: &Queue, server: &mut Server, elem: &Elem) {
+fn unprep_one(queue: &Queue, elem: &Elem) {
     let Some(slot) = queue.slot(elem.tag.into()) else {
         return;
     };
@@ -362,12 +351,7 @@ fn unprep_one(queue: &Queue, server: &mut Server, elem: &Elem) {
     let unprepared = slot
         .hold(Phase::Prepared)
         .is_some_and(|mut io| io.unprepare());
-    if warn_on!(!unprepared) {
-        return;
-    }
-    if let Server::Attached { nr_fetched, .. } = server {
-        *nr_fetched -= 1;
-    }
+    warn_on!(!unprepared);
 }
 
 /// `UBLK_U_IO_COMMIT_IO_CMDS`: the server reports the results of requests, and offers their io
@@ -389,6 +373,8 @@ fn commit<'a>(
     let mut reader = UserSlice::new(UserPtr::from_addr(cmd.sqe_addr() as usize), total).reader();
     let mut chunk = [0u8; COMMIT_CHUNK];
     let mut done = 0;
+    // The requests that end inline with all their data, finished together after the walk.
+    let mut ends = CompletionBatch::new();
     let ret = 'walk: loop {
         let len = (total - done).min(COMMIT_CHUNK);
         if len == 0 {
@@ -398,12 +384,14 @@ fn commit<'a>(
             break Err(e);
         }
         for b in chunk[..len].chunks_exact(elem_bytes) {
-            if let Err(e) = commit_one(dev, queue, cmd, issue_flags, hdr, &Elem::parse(b, hdr)) {
+            let elem = Elem::parse(b, hdr);
+            if let Err(e) = commit_one(dev, queue, cmd, issue_flags, hdr, &elem, &mut ends) {
                 break 'walk Err(e);
             }
             done += elem_bytes;
         }
     };
+    drop(ends);
     match ret {
         Err(e) if done == 0 => Err(e),
         // CAST: At most `u16::MAX` elements of at most 255 bytes.
@@ -420,6 +408,7 @@ fn commit_one(
     issue_flags: IssueFlags<'_>,
     hdr: &BatchIo,
     elem: &Elem,
+    ends: &mut CompletionBatch<DiskOps>,
 ) -> Result {
     let slot = elem_slot(dev, queue, elem)?;
     // Any server thread commits; a slot that another context holds right now is taken.
@@ -445,7 +434,7 @@ fn commit_one(
     // The slot waits for its next request before the request ends and frees its tag.
     drop(io);
     if let Some(ending) = slot.settle(served, error, bytes) {
-        ending.end(queue);
+        ending.end_in(queue, ends);
     }
     Ok(())
 }
@@ -731,7 +720,7 @@ fn deliver_tag(
     };
     let mut part = None;
 
-    if queue.copies_data() && served.op() == ReqOp::Write {
+    if queue.data.copies() && served.op() == ReqOp::Write {
         match io::copy_write(&served, addr) {
             Copy::Whole => {}
             // The server is told about the part that could be copied; the rest is dispatched
@@ -757,7 +746,7 @@ fn deliver_tag(
         }
     }
 
-    if queue.auto_buf_reg
+    if queue.data.auto_buf_reg()
         && zoned::has_data(served.op())
         && !dispatch::register_auto(&mut io, &served, fcmd, issue_flags)
         && !io.need_reg_buf(&served)

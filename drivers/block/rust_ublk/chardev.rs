@@ -40,25 +40,43 @@ pub(crate) type Cmd<'a> = IoUringCmd<'a, MiscCmdFile<CharDev>>;
 /// The file operations of `/dev/ublkcN`.
 pub(crate) struct CharDev;
 
+/// The data of `/dev/ublkcN`: its device, told when the char device is released.
+///
+/// The char device and its `struct device` are freed, and this dropped, once the registration is
+/// dropped and the last file of it closed. Only then may its number go to another device: a file
+/// or a node that still names the old char device (an `O_PATH` descriptor, a node made with
+/// `mknod`) finds the old device, deleted, until then.
+pub(crate) struct CharDevData(Arc<UblkDevice>);
+
+impl Drop for CharDevData {
+    fn drop(&mut self) {
+        self.0.char_dev_released();
+    }
+}
+
 /// Adds `/dev/ublkcN` for `dev`, with minor number `N`.
 pub(crate) fn register(
     ctl: &Control,
     dev: Arc<UblkDevice>,
 ) -> Result<chrdev::Registration<CharDev>> {
     let name = CString::try_from_fmt(fmt!("ublkc{}", dev.id))?;
-    chrdev::Registration::register(&ctl.region, dev.id, &ctl.class, ctl.parent(), &name, dev)
+    let parent = ctl.parent();
+    let data = CharDevData(dev);
+    chrdev::Registration::register(&ctl.region, data.0.id, &ctl.class, parent.as_deref(), &name, data)
 }
 
 impl CharDevice for CharDev {
-    fn open(_file: &File, dev: &Arc<UblkDevice>) -> Result<Arc<UblkDevice>> {
+    fn open(_file: &File, data: &CharDevData) -> Result<Arc<UblkDevice>> {
+        let dev = &data.0;
         let mut state = dev.state.lock();
+        // One opener at a time.
+        if matches!(state.server, Server::Attached { .. }) {
+            return Err(EBUSY);
+        }
         // Deleted devices are not served any more, even if a file of theirs was looked up
         // before the deletion.
         if state.deleted {
             return Err(ENXIO);
-        }
-        if matches!(state.server, Server::Attached { .. }) {
-            return Err(EBUSY);
         }
         state.server = Server::Attached {
             tgid: current!().tgid_nr_ns(None),
@@ -76,7 +94,7 @@ impl CharDevice for CharDev {
 #[vtable]
 impl MiscDevice for CharDev {
     type Ptr = Arc<UblkDevice>;
-    type RegistrationData = Arc<UblkDevice>;
+    type RegistrationData = CharDevData;
 
     // `UBLK_U_IO_FETCH_IO_CMDS` of `UBLK_F_BATCH_IO`.
     const URING_CMD_MULTISHOT: bool = true;

@@ -8,7 +8,7 @@
 
 use crate::{
     chardev::Cmd,
-    device::{Server, UblkDevice},
+    device::UblkDevice,
     io::{buf_addr, check_buf, commit_result, copy_write, pdu, slot_of, Copy, Served, RES_ABORT},
     queue::{Queue, QueueState},
     slot::{Held, Phase, Slot},
@@ -46,13 +46,7 @@ pub(crate) fn fetch<'a>(
     if queue.state() == QueueState::Stopping {
         return Err(RES_ABORT);
     }
-    // Fetching is over once every io slot was fetched.
-    match state.server {
-        Server::Attached { nr_fetched, .. } if nr_fetched == dev.nr_ios() => return Err(EBUSY),
-        Server::Attached { .. } => {}
-        // A command keeps `/dev/ublkcN` open, so the server is attached.
-        Server::Detached => return Err(EINVAL),
-    }
+    state.may_fetch(dev, 0)?;
     // Each io slot is fetched once. The device lock keeps the slot idle: only fetch commands,
     // under it, leave that phase.
     let mut io = slot.hold(Phase::Idle).ok_or(EINVAL)?;
@@ -69,14 +63,7 @@ pub(crate) fn fetch<'a>(
             return Ok(queued.into());
         }
     };
-    if let Server::Attached { nr_fetched, .. } = &mut state.server {
-        *nr_fetched += 1;
-    }
-    UblkDevice::fetched_by_current(&mut state.server);
-    state.mark_fetched(dev, queue, io_cmd.q_id, 1);
-    if state.nr_fetched() == dev.nr_ios() {
-        dev.ready.notify_all();
-    }
+    state.count_fetched(dev, queue, io_cmd.q_id, 1);
     drop(state);
     drop(old_task);
     Ok(queued.into())

@@ -27,7 +27,7 @@ use kernel::{
     new_mutex,
     prelude::*,
     rbtree::RBTree,
-    sync::{aref::ARef, Arc, ArcBorrow, Mutex, SetOnce},
+    sync::{aref::ARef, Arc, ArcBorrow, Mutex},
     uaccess::{UserPtr, UserSlice},
 };
 
@@ -48,9 +48,10 @@ struct Entry {
 }
 
 impl Entry {
-    /// Returns whether the device is deleted and its server gone: its number is free.
+    /// Returns whether the device is deleted, its server gone and its `/dev/ublkcN` freed: its
+    /// number is free.
     fn is_released(&self) -> bool {
-        self.char_dev.is_none() && !self.dev.has_server()
+        self.char_dev.is_none() && self.dev.is_released()
     }
 }
 
@@ -78,9 +79,10 @@ pub(crate) struct Control {
     pub(crate) region: Arc<Region>,
     /// The class of `/dev/ublkcN`.
     pub(crate) class: Arc<ClassRegistration>,
-    /// The device of `/dev/ublk-control`, the parent of `/dev/ublkcN`; set when it is first
-    /// opened, which is before any device is added.
-    parent: SetOnce<ARef<Device>>,
+    /// The device of `/dev/ublk-control`, the parent of `/dev/ublkcN`; set by the first open,
+    /// under the lock, before any command can add a device.
+    #[pin]
+    parent: Mutex<Option<ARef<Device>>>,
 }
 
 impl Control {
@@ -95,23 +97,37 @@ impl Control {
                 devices <- new_mutex!(RBTree::new()),
                 region,
                 class,
-                parent: SetOnce::new(),
+                parent <- new_mutex!(None),
             }),
             GFP_KERNEL,
         )
     }
 
-    /// Returns the parent of `/dev/ublkcN`, the device of `/dev/ublk-control`.
-    pub(crate) fn parent(&self) -> Option<&Device> {
-        self.parent.as_ref().map(|p| &**p)
+    /// Returns the parent of `/dev/ublkcN`, the device of `/dev/ublk-control`: known to every
+    /// command, which comes through an open file.
+    pub(crate) fn parent(&self) -> Option<ARef<Device>> {
+        self.parent.lock().clone()
     }
 
     /// Deletes every device, for the module's removal: their `/dev/ublkcN` are removed before
     /// their parent, `/dev/ublk-control`, and the class.
+    ///
+    /// Returns once every `/dev/ublkcN` is released: their release functions are the module's.
     pub(crate) fn remove_all(&self) {
         let devices = core::mem::take(&mut *self.devices.lock());
+        let mut left = KVec::new();
+        for (_, entry) in devices.iter() {
+            // Without memory for the list, the release is not waited for: the same as before
+            // the device's release was delayed (`CONFIG_DEBUG_KOBJECT_RELEASE`).
+            let _ = left.push(entry.dev.clone(), GFP_KERNEL);
+        }
         // Dropped without the lock, as when the control device goes.
         drop(devices);
+        // No file of a device is open: each holds the module. The releases are only late with
+        // `CONFIG_DEBUG_KOBJECT_RELEASE`.
+        for dev in left {
+            let _ = dev.wait_released(false);
+        }
     }
 
     /// Returns device `id`, unless its number is free.
@@ -121,16 +137,15 @@ impl Control {
         devices.get(&id).map(|e| e.dev.clone())
     }
 
-    /// Returns the device number of `/dev/ublkcN` of `dev`, `0:0` if it has none (it was deleted,
-    /// and its number may belong to another device by now).
-    pub(crate) fn char_devt(&self, dev: &UblkDevice) -> (u32, u32) {
+    /// Returns the device number of `/dev/ublkcN` of `dev`, if it has one: not once it was
+    /// deleted (its number may belong to another device by then).
+    pub(crate) fn char_devt(&self, dev: &UblkDevice) -> Option<(u32, u32)> {
         self.devices
             .lock()
             .get(&dev.id)
             .filter(|e| core::ptr::eq(&*e.dev, dev))
             .and_then(|e| e.char_dev.as_ref())
             .map(|c| (c.devt().major(), c.devt().minor()))
-            .unwrap_or((0, 0))
     }
 }
 
@@ -155,8 +170,13 @@ impl MiscDevice for ControlFile {
 
     fn open(_file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<Arc<Control>> {
         // Commands only come through an open file: the parent is known before the first
-        // `UBLK_U_CMD_ADD_DEV`. Later opens find it set.
-        misc.data().parent.populate(ARef::from(misc.device()));
+        // `UBLK_U_CMD_ADD_DEV`. Opens that race with the first wait for it on the lock; later
+        // ones find it set.
+        let mut parent = misc.data().parent.lock();
+        if parent.is_none() {
+            *parent = Some(ARef::from(misc.device()));
+        }
+        drop(parent);
         Ok(misc.data().clone())
     }
 
@@ -428,8 +448,8 @@ fn unprivileged_devices(devices: &RBTree<u32, Entry>) -> u32 {
 /// `UBLK_U_CMD_DEL_DEV` (`wait`) and `UBLK_U_CMD_DEL_DEV_ASYNC`: deletes a device.
 ///
 /// Stops the device and removes `/dev/ublkcN`. The device number stays taken until the server
-/// closed `/dev/ublkcN`; `UBLK_U_CMD_DEL_DEV` waits for that, so that the number is free when it
-/// returns. Deleting a deleted device succeeds: a server deletes its device when it exits, and
+/// closed `/dev/ublkcN` and it was released; `UBLK_U_CMD_DEL_DEV` waits for that, so that the
+/// number is free when it returns. Deleting a deleted device succeeds: a server deletes its device when it exits, and
 /// may race with the tool that deleted it (see `Entry`).
 fn del_dev(ctl: &Control, dev: &Arc<UblkDevice>, wait: bool) -> Result {
     UblkDevice::stop(dev);
@@ -450,7 +470,7 @@ fn del_dev(ctl: &Control, dev: &Arc<UblkDevice>, wait: bool) -> Result {
         drop(char_dev);
     }
     if wait {
-        dev.wait_released()?;
+        dev.wait_released(true)?;
     }
     // A device that took the number since is not released, and stays.
     release(&mut ctl.devices.lock(), dev.id);
@@ -540,7 +560,11 @@ fn set_params(dev: &UblkDevice, header: &CtrlCmd) -> Result {
 /// `UBLK_U_CMD_GET_PARAMS`: reports the parameters, with the device numbers.
 fn get_params(ctl: &Control, dev: &UblkDevice, header: &CtrlCmd) -> Result {
     let len = params_len(header, false)?;
-    let char_devt = ctl.char_devt(dev);
+    // The number that `/dev/ublkcN` has, or had once the device is deleted: minor `N`.
+    let char_devt = ctl
+        .region
+        .devt(dev.id)
+        .map_or((0, 0), |d| (d.major(), d.minor()));
     let disk_devt = dev.disk_devt();
     let params = dev.state.lock().params.with_devt(char_devt, disk_devt);
     user_buf(header.addr, len)?

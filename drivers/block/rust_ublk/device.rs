@@ -102,6 +102,9 @@ pub(crate) struct DeviceState {
     /// Whether the device was deleted (`UBLK_U_CMD_DEL_DEV`): `/dev/ublkcN` cannot be opened any
     /// more.
     pub(crate) deleted: bool,
+    /// Whether `/dev/ublkcN` was removed and released: the last file of it was closed, and its
+    /// char device and `struct device` are freed ([`crate::chardev::CharDevData`]).
+    pub(crate) char_dev_released: bool,
 }
 
 impl DeviceState {
@@ -127,22 +130,65 @@ impl DeviceState {
         info
     }
 
-    /// Counts `n` io slots of `queue`, queue `q_id` of `dev`, that the server fetched: once it
-    /// has them all, the queue is served again if it waited for a new server, unless the server
-    /// is going away already (`ublk_mark_io_ready()`).
-    pub(crate) fn mark_fetched(&mut self, dev: &UblkDevice, queue: &Queue, q_id: u16, n: u16) {
-        let Some(fetched) = self.queue_fetched.get_mut(usize::from(q_id)) else {
+    /// Checks that the server may fetch one more io slot, `pending` slots besides those it
+    /// fetched already: `EBUSY` once it would have fetched them all.
+    pub(crate) fn may_fetch(&self, dev: &UblkDevice, pending: u32) -> Result {
+        match self.server {
+            // Fetching is over once every io slot was fetched.
+            Server::Attached { nr_fetched, .. } if nr_fetched + pending >= dev.nr_ios() => {
+                Err(EBUSY)
+            }
+            Server::Attached { .. } => Ok(()),
+            // A command keeps `/dev/ublkcN` open, so the server is attached.
+            Server::Detached => Err(EINVAL),
+        }
+    }
+
+    /// Counts `n` io slots of `queue`, queue `q_id` of `dev`, that the current process fetched:
+    /// it is the server from now on (see [`Server::Attached`]). Once the server has all the slots
+    /// of the queue, the queue is served again if it waited for a new server, unless the server
+    /// is going away already (`ublk_mark_io_ready()`); once it has every slot of the device,
+    /// `UBLK_U_CMD_START_DEV` and `UBLK_U_CMD_END_USER_RECOVERY` go ahead.
+    pub(crate) fn count_fetched(&mut self, dev: &UblkDevice, queue: &Queue, q_id: u16, n: u16) {
+        let Server::Attached {
+            tgid,
+            nr_fetched,
+            trusted,
+        } = &mut self.server
+        else {
+            // The callers checked with `may_fetch`, under the same lock.
+            warn_on!(true);
             return;
         };
-        // A slot is fetched once per server, so this stays within the depth.
-        *fetched = fetched.saturating_add(n);
-        if *fetched >= dev.depth {
-            // Under the lock with which a cancellation fails the queues: a queue is not served
-            // again once the server's commands are being cancelled.
-            let canceled = dev.canceled.lock();
-            if !*canceled {
-                queue.serve_again();
+        *nr_fetched += u32::from(n);
+        // `UBLK_U_CMD_START_DEV` must name the process that fetched: unlike ublk_drv, which keeps
+        // the process that opened `/dev/ublkcN`, in case another process fetches. The disk's
+        // partitions are not scanned once a process without `CAP_SYS_ADMIN` fetched.
+        *tgid = current!().tgid_nr_ns(None);
+        *trusted = *trusted && capable(Capability::SYS_ADMIN);
+        let all = *nr_fetched == dev.nr_ios();
+        if let Some(fetched) = self.queue_fetched.get_mut(usize::from(q_id)) {
+            // A slot is fetched once per server, so this stays within the depth.
+            *fetched = fetched.saturating_add(n);
+            if *fetched >= dev.depth {
+                // Under the lock with which a cancellation fails the queues: a queue is not
+                // served again once the server's commands are being cancelled.
+                let canceled = dev.canceled.lock();
+                if !*canceled {
+                    queue.serve_again();
+                }
             }
+        }
+        if all {
+            dev.ready.notify_all();
+        }
+    }
+
+    /// Forgets the server and the io slots it fetched.
+    fn detach_server(&mut self) {
+        self.server = Server::Detached;
+        for fetched in self.queue_fetched.iter_mut() {
+            *fetched = 0;
         }
     }
 
@@ -249,6 +295,7 @@ impl UblkDevice {
                     queue_fetched,
                     deleting: false,
                     deleted: false,
+                    char_dev_released: false,
                 }),
                 shmem <- new_mutex!(shmem::Buffers::new()),
                 canceled <- new_mutex!(false),
@@ -362,7 +409,7 @@ impl UblkDevice {
         let shelved = {
             let state = this.state.lock();
             match state.disk() {
-                Some(disk) if this.queues.iter().any(|q| q.requeue_io) => {
+                Some(disk) if this.queues.iter().any(|q| q.recovery.requeues()) => {
                     for queue in this.queues.iter() {
                         queue.set_state(QueueState::Stopping);
                     }
@@ -620,14 +667,11 @@ impl UblkDevice {
                 Self::wait_for_server(this, &mut state)
             };
             teardown::reset_all(this, serving);
-            state.server = Server::Detached;
+            state.detach_server();
             if let Some(u) = &this.queues.unprivileged {
                 u.clear_server();
             }
             *this.canceled.lock() = false;
-            for fetched in state.queue_fetched.iter_mut() {
-                *fetched = 0;
-            }
         }
         drop(mm);
         this.ready.notify_all();
@@ -645,7 +689,7 @@ impl UblkDevice {
         let life = core::mem::replace(&mut state.life, Lifecycle::Stopped);
         state.life = match life {
             Lifecycle::Live(disk) | Lifecycle::Quiesced(disk)
-                if this.queues.iter().any(|q| q.requeue_io) =>
+                if this.queues.iter().any(|q| q.recovery.requeues()) =>
             {
                 Lifecycle::Quiesced(disk)
             }
@@ -664,31 +708,32 @@ impl UblkDevice {
         state.disk().is_none()
     }
 
-    /// The current process fetched io slots of the device. It is the server from now on, which
-    /// `UBLK_U_CMD_START_DEV` must name: unlike ublk_drv, which keeps the process that opened
-    /// `/dev/ublkcN`, in case another process fetches. The disk's partitions are not scanned once a
-    /// process without `CAP_SYS_ADMIN` fetched (see `Server::Attached`).
-    pub(crate) fn fetched_by_current(server: &mut Server) {
-        if let Server::Attached { tgid, trusted, .. } = server {
-            *tgid = current!().tgid_nr_ns(None);
-            *trusted = *trusted && capable(Capability::SYS_ADMIN);
-        }
+    /// Returns whether the device is released: its server is gone and its removed `/dev/ublkcN`
+    /// is freed, so that its number can go to another device.
+    pub(crate) fn is_released(&self) -> bool {
+        let state = self.state.lock();
+        state.char_dev_released && matches!(state.server, Server::Detached)
     }
 
-    /// Returns whether a server has `/dev/ublkcN` open.
-    pub(crate) fn has_server(&self) -> bool {
-        matches!(self.state.lock().server, Server::Attached { .. })
-    }
-
-    /// Waits until the server closed `/dev/ublkcN`.
-    pub(crate) fn wait_released(&self) -> Result {
+    /// Waits until the device is released (see [`UblkDevice::is_released`]), once its
+    /// `/dev/ublkcN` was removed. Interruptible if `interruptible` (a command), not otherwise
+    /// (the module's removal, when no file of the device is open any more).
+    pub(crate) fn wait_released(&self, interruptible: bool) -> Result {
         let mut state = self.state.lock();
-        while matches!(state.server, Server::Attached { .. }) {
-            if self.ready.wait_interruptible(&mut state) {
+        while !state.char_dev_released || matches!(state.server, Server::Attached { .. }) {
+            if !interruptible {
+                self.ready.wait(&mut state);
+            } else if self.ready.wait_interruptible(&mut state) {
                 return Err(EINTR);
             }
         }
         Ok(())
+    }
+
+    /// Records that the removed `/dev/ublkcN` of the device was released.
+    pub(crate) fn char_dev_released(&self) {
+        self.state.lock().char_dev_released = true;
+        self.ready.notify_all();
     }
 
     /// Returns the device numbers of the disk, `0:0` if the device is not started.

@@ -199,19 +199,19 @@ fn deliver_one(
         }
         return next;
     }
-    if queue.auto_buf_reg && zoned::has_data(served.op()) {
+    if queue.data.auto_buf_reg() && zoned::has_data(served.op()) {
         // The buffer is registered with the server's ring before it learns about the request.
         deliver_registered(queue, io, served, cmd, issue_flags);
         return next;
     }
-    if served.op() != ReqOp::Write || !queue.copies_data() {
+    if served.op() != ReqOp::Write || !queue.data.copies() {
         // No data to copy, or the server copies it: the server gets the request at once.
         io.serve(served);
         drop(io);
         cmd.done(Ok(0), issue_flags);
         return next;
     }
-    if queue.need_get_data {
+    if queue.data.needs_get_data() {
         // The server names the buffer for the write's data first.
         io.ask_for_buffer(served);
         drop(io);

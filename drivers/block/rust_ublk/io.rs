@@ -76,7 +76,10 @@ use crate::{
     uapi::{AutoBufReg, IoCmd},
 };
 use kernel::{
-    block::{mq::Request, BlkStatus, ReqOp, SECTOR_SHIFT},
+    block::{
+        mq::{CompletionBatch, Request},
+        BlkStatus, ReqOp, SECTOR_SHIFT,
+    },
     bottom_half::{local_bh_disable, LocalBhDisabled},
     prelude::*,
     sync::{aref::ARef, atomic::Relaxed, Arc},
@@ -228,6 +231,16 @@ impl Ending {
     /// Ends the request: inline, or through `blk_mq_complete_request_remote()` if the queue
     /// honours `rq_affinity`.
     pub(crate) fn end(self, queue: &Queue) {
+        self.end_maybe_in(queue, None);
+    }
+
+    /// Ends the request as [`Ending::end`] does; if it ends inline with all its data, blk-mq
+    /// finishes it with the other requests of `batch`, when `batch` is dropped.
+    pub(crate) fn end_in(self, queue: &Queue, batch: &mut CompletionBatch<DiskOps>) {
+        self.end_maybe_in(queue, Some(batch));
+    }
+
+    fn end_maybe_in(self, queue: &Queue, batch: Option<&mut CompletionBatch<DiskOps>>) {
         // Asked before the request is handed to another CPU: once it is marked complete, it
         // cannot time out.
         if self.loses_completion(queue) {
@@ -238,7 +251,7 @@ impl Ending {
             queue.keep_lost(self.served.rq);
             return;
         }
-        route_end(queue, self.served.rq, self.error, self.bytes);
+        route_end(queue, self.served.rq, self.error, self.bytes, batch);
     }
 
     /// Whether the `fail_io_timeout` fault injection drops the completion of the request
@@ -247,7 +260,7 @@ impl Ending {
     /// tests written against it expect it.
     fn loses_completion(&self, queue: &Queue) -> bool {
         let served = &self.served;
-        queue.copies_data()
+        queue.data.copies()
             && served.shmem.is_none()
             && served.op() == ReqOp::Read
             && self.error == 0
@@ -325,7 +338,16 @@ pub(crate) fn copy_write(rq: &Served, addr: u64) -> Copy {
 /// to `blk_mq_complete_request_remote()` is in the section too: the `BLOCK_SOFTIRQ` that it raises
 /// for a device with one hardware queue then runs when the section ends, without waking
 /// `ksoftirqd`.
-fn route_end(queue: &Queue, rq: ARef<Rq>, error: i32, bytes: u32) {
+///
+/// A request ended inline with all its data goes in `batch`, if given: its bios end here, in the
+/// section, and blk-mq finishes the request and frees its tag with the others of the batch.
+fn route_end(
+    queue: &Queue,
+    rq: ARef<Rq>,
+    error: i32,
+    bytes: u32,
+    batch: Option<&mut CompletionBatch<DiskOps>>,
+) {
     let bh = local_bh_disable();
     if queue.rq_affinity {
         // `DiskOps::complete` ends it, with the result recorded here: in a softirq, or here if
@@ -334,7 +356,7 @@ fn route_end(queue: &Queue, rq: ARef<Rq>, error: i32, bytes: u32) {
         rq.data_ref().set(error, bytes);
         warn_on!(Request::complete(rq).is_err());
     } else {
-        end_request(rq, error, bytes, &bh);
+        end_request(rq, error, bytes, &bh, batch);
     }
 }
 
@@ -342,14 +364,21 @@ fn route_end(queue: &Queue, rq: ARef<Rq>, error: i32, bytes: u32) {
 /// which was just taken out of the queue's list, with `error`: `ETIMEDOUT` (`BLK_STS_TIMEOUT`)
 /// when its timer expired, `EIO` when the server went away first.
 pub(crate) fn end_lost(queue: &Queue, rq: ARef<Rq>, error: Error) {
-    route_end(queue, rq, error.to_errno(), 0);
+    route_end(queue, rq, error.to_errno(), 0, None);
 }
 
 /// Ends `rq` with `error` (0 or a negative errno) and `bytes` transferred, with bottom halves
 /// disabled (see [`route_end`] for why). Every end of a request of the driver is this function's:
 /// it is the only caller of the `Request::end` family, and it takes the proof that bottom halves
-/// are disabled.
-pub(crate) fn end_request(rq: ARef<Rq>, error: i32, bytes: u32, _bh: &LocalBhDisabled) {
+/// are disabled. A request that ends with all its data goes in `batch`, if given, whose drop
+/// finishes it (its bios ended here).
+pub(crate) fn end_request(
+    rq: ARef<Rq>,
+    error: i32,
+    bytes: u32,
+    _bh: &LocalBhDisabled,
+    batch: Option<&mut CompletionBatch<DiskOps>>,
+) {
     let ret = if error < 0 {
         Request::end(rq, BlkStatus::from(Error::from_errno(error)))
     } else if rq.op() == ReqOp::ZoneAppend {
@@ -358,6 +387,8 @@ pub(crate) fn end_request(rq: ARef<Rq>, error: i32, bytes: u32, _bh: &LocalBhDis
     } else if matches!(rq.op(), ReqOp::Read | ReqOp::Write) && bytes < rq.nr_bytes() {
         // A short read, or a write that the server got in part: the rest is dispatched again.
         Request::end_partial(rq, bytes)
+    } else if let Some(batch) = batch {
+        Request::end_ok_batched(rq, batch)
     } else {
         Request::end_ok(rq)
     };
@@ -407,7 +438,7 @@ pub(crate) fn slot_of<'a>(
 /// that the fetch or commit command named, or, with `UBLK_F_AUTO_BUF_REG`, where their buffer is
 /// registered, in the encoding of the SQE's `addr`.
 pub(crate) fn buf_addr(queue: &Queue, io_cmd: &IoCmd, auto_reg: AutoBufReg) -> u64 {
-    if queue.auto_buf_reg {
+    if queue.data.auto_buf_reg() {
         auto_reg.to_sqe_addr()
     } else {
         io_cmd.addr
@@ -421,11 +452,11 @@ pub(crate) fn buf_addr(queue: &Queue, io_cmd: &IoCmd, auto_reg: AutoBufReg) -> u
 /// `UBLK_F_NEED_GET_DATA` asks for it later (not for a read, whose data the commit copies from
 /// it). Anything else is `EINVAL`.
 pub(crate) fn check_buf(queue: &Queue, addr: u64, op: Option<ReqOp>) -> Result {
-    let ok = if !queue.copies_data() {
+    let ok = if !queue.data.copies() {
         // But for a zone append, whose commit says where its data landed.
         addr == 0 || op == Some(ReqOp::ZoneAppend)
     } else {
-        addr != 0 || (queue.need_get_data && op != Some(ReqOp::Read))
+        addr != 0 || (queue.data.needs_get_data() && op != Some(ReqOp::Read))
     };
     if ok {
         Ok(())
@@ -480,7 +511,7 @@ pub(crate) fn commit_result(queue: &Queue, served: &Served, result: i32) -> Comm
     } else if served.op() == ReqOp::Read && result == 0 {
         // Nothing read fails the read.
         Committed::Done(EIO.to_errno(), 0)
-    } else if !queue.copies_data() || served.shmem.is_some() {
+    } else if !queue.data.copies() || served.shmem.is_some() {
         // A read or a write whose data the server copied itself, or reached through a registered
         // buffer, ends whole: the result is not a byte count there.
         Committed::Done(0, served.nr_bytes())

@@ -107,6 +107,126 @@ unsafe impl AtomicType for QueueState {
     type Repr = i32;
 }
 
+/// How the data of a device's requests travels between the driver and the server, fixed at
+/// `UBLK_U_CMD_ADD_DEV`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Data {
+    /// The driver copies the data between each request and the buffer that the server names in
+    /// its commands.
+    Copy {
+        /// The server names the buffer for the data of a write only once it learnt about the
+        /// write (`UBLK_F_NEED_GET_DATA`).
+        need_get_data: bool,
+    },
+    /// The server reaches the data itself, lent by the request's io slot, in one or more of
+    /// these ways (at least one is set).
+    Lent {
+        /// With `pread` and `pwrite` on `/dev/ublkcN` (`UBLK_F_USER_COPY`).
+        user_copy: bool,
+        /// As an io_uring fixed buffer that it registers (`UBLK_U_IO_REGISTER_IO_BUF`,
+        /// `UBLK_F_SUPPORT_ZERO_COPY`).
+        zero_copy: bool,
+        /// As an io_uring fixed buffer that the driver registers before the server learns
+        /// about the request (`UBLK_F_AUTO_BUF_REG`).
+        auto_buf_reg: bool,
+    },
+}
+
+impl Data {
+    /// The data mode that the `UBLK_F_*` flags of a device select; `UBLK_F_NEED_GET_DATA` means
+    /// nothing when the data is lent.
+    pub(crate) fn new(flags: u64) -> Self {
+        let user_copy = flags & F_USER_COPY != 0;
+        let zero_copy = flags & F_SUPPORT_ZERO_COPY != 0;
+        let auto_buf_reg = flags & F_AUTO_BUF_REG != 0;
+        if user_copy || zero_copy || auto_buf_reg {
+            Data::Lent {
+                user_copy,
+                zero_copy,
+                auto_buf_reg,
+            }
+        } else {
+            Data::Copy {
+                need_get_data: flags & F_NEED_GET_DATA != 0,
+            }
+        }
+    }
+
+    /// Returns whether the driver copies the data (copy mode).
+    pub(crate) fn copies(self) -> bool {
+        matches!(self, Data::Copy { .. })
+    }
+
+    /// Returns whether the server names the buffer of a write only once it learnt about it.
+    pub(crate) fn needs_get_data(self) -> bool {
+        match self {
+            Data::Copy { need_get_data } => need_get_data,
+            Data::Lent { .. } => false,
+        }
+    }
+
+    /// Returns whether the server may copy the data with `pread` and `pwrite`.
+    pub(crate) fn user_copy(self) -> bool {
+        match self {
+            Data::Lent { user_copy, .. } => user_copy,
+            Data::Copy { .. } => false,
+        }
+    }
+
+    /// Returns whether the server may register the data as a fixed buffer itself.
+    pub(crate) fn zero_copy(self) -> bool {
+        match self {
+            Data::Lent { zero_copy, .. } => zero_copy,
+            Data::Copy { .. } => false,
+        }
+    }
+
+    /// Returns whether the driver registers the data as a fixed buffer for the server.
+    pub(crate) fn auto_buf_reg(self) -> bool {
+        match self {
+            Data::Lent { auto_buf_reg, .. } => auto_buf_reg,
+            Data::Copy { .. } => false,
+        }
+    }
+}
+
+/// What happens to a device's requests while no server serves it, fixed at
+/// `UBLK_U_CMD_ADD_DEV` (which accepts these four combinations of the recovery flags only).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Recovery {
+    /// No recovery: the device stops with its server, its requests fail.
+    None,
+    /// `UBLK_F_USER_RECOVERY`: new requests wait for the next server; those that the server had
+    /// fail.
+    Requeue,
+    /// `UBLK_F_USER_RECOVERY | UBLK_F_USER_RECOVERY_REISSUE`: new requests and those that the
+    /// server had wait for the next server, which gets the latter again.
+    Reissue,
+    /// `UBLK_F_USER_RECOVERY | UBLK_F_USER_RECOVERY_FAIL_IO`: the device waits for the next
+    /// server, its requests fail meanwhile.
+    FailIo,
+}
+
+impl Recovery {
+    /// The policy that the `UBLK_F_USER_RECOVERY*` flags of a device select.
+    pub(crate) fn new(flags: u64) -> Self {
+        if flags & F_USER_RECOVERY == 0 {
+            Recovery::None
+        } else if flags & F_USER_RECOVERY_FAIL_IO != 0 {
+            Recovery::FailIo
+        } else if flags & F_USER_RECOVERY_REISSUE != 0 {
+            Recovery::Reissue
+        } else {
+            Recovery::Requeue
+        }
+    }
+
+    /// Returns whether new requests wait for the next server rather than fail.
+    pub(crate) fn requeues(self) -> bool {
+        matches!(self, Recovery::Requeue | Recovery::Reissue)
+    }
+}
+
 /// A ublk queue: a hardware queue of the disk, served by the server's io_uring commands.
 ///
 /// There is no lock over the whole queue but that of `lost`, a leaf lock taken in process context
@@ -120,24 +240,10 @@ pub(crate) struct Queue {
     /// Whether requests complete through `blk_mq_complete_request_remote()`, on the CPU that
     /// `rq_affinity` picks (`UBLK_F_SUPPORT_RQ_AFFINITY`).
     pub(crate) rq_affinity: bool,
-    /// Whether the server copies the data of requests itself, with `pread` and `pwrite` on
-    /// `/dev/ublkcN` (`UBLK_F_USER_COPY`), rather than naming a buffer in its commands.
-    pub(crate) user_copy: bool,
-    /// Whether the server names the buffer for the data of a write only once it learnt about the
-    /// write (`UBLK_F_NEED_GET_DATA`).
-    pub(crate) need_get_data: bool,
-    /// Whether requests wait for a new server when the server goes away, rather than fail
-    /// (`UBLK_F_USER_RECOVERY` without `UBLK_F_USER_RECOVERY_FAIL_IO`).
-    pub(crate) requeue_io: bool,
-    /// Whether requests that the server owned when it went away are dispatched again to the next
-    /// server, rather than fail (`UBLK_F_USER_RECOVERY_REISSUE`).
-    pub(crate) reissue: bool,
-    /// Whether the server registers the data of requests as io_uring fixed buffers
-    /// (`UBLK_U_IO_REGISTER_IO_BUF`, `UBLK_F_SUPPORT_ZERO_COPY`).
-    pub(crate) zero_copy: bool,
-    /// Whether the driver registers the data of each request with the server's ring before the
-    /// server learns about it (`UBLK_F_AUTO_BUF_REG`).
-    pub(crate) auto_buf_reg: bool,
+    /// How the data of requests travels between the driver and the server.
+    pub(crate) data: Data,
+    /// What happens to requests while no server serves the queue.
+    pub(crate) recovery: Recovery,
     /// Whether the device is zoned (`UBLK_F_ZONED`): its requests may be zone operations, and
     /// reports of zones that the driver sends itself ([`zoned::report`]).
     pub(crate) zoned: bool,
@@ -151,8 +257,10 @@ pub(crate) struct Queue {
     pub(crate) events: Option<Pin<KBox<EventQueue>>>,
     /// Whether the queue is served.
     state: Atomic<QueueState>,
-    /// The io slots, one per tag, in one allocation.
-    slots: Pin<KBox<[Slot]>>,
+    /// The io slots, one per tag, in one allocation (a slot is 192 bytes without debugging
+    /// options: 768 KiB for the deepest queue, in vmalloc memory where no contiguous pages are
+    /// at hand).
+    slots: Pin<KVBox<[Slot]>>,
     /// The reads whose completion the `fail_io_timeout` fault injection dropped, until they time
     /// out ([`io::Ending::end`], [`DiskOps::timeout`]) or the server goes away
     /// ([`crate::teardown::abort_all`]).
@@ -175,8 +283,8 @@ impl Queue {
         let (desc_pages, writers) = iodesc::new_descs(depth, desc_size)?;
         let mut writers = writers.into_iter();
         // The server reaches the data of requests itself: their slots lend them.
-        let lends = flags & (F_USER_COPY | F_SUPPORT_ZERO_COPY | F_AUTO_BUF_REG) != 0;
-        let slots = KBox::pin_slice(
+        let lends = !Data::new(flags).copies();
+        let slots = KVBox::pin_slice(
             // `new_descs` returns one writer per tag.
             |_| Slot::new(writers.next(), lends),
             depth.into(),
@@ -194,13 +302,9 @@ impl Queue {
         Ok(Arc::new(
             Self {
                 rq_affinity: flags & F_SUPPORT_RQ_AFFINITY != 0,
-                user_copy: flags & F_USER_COPY != 0,
                 zoned: flags & F_ZONED != 0,
-                need_get_data: flags & F_NEED_GET_DATA != 0,
-                requeue_io: flags & F_USER_RECOVERY != 0 && flags & F_USER_RECOVERY_FAIL_IO == 0,
-                reissue: flags & F_USER_RECOVERY != 0 && flags & F_USER_RECOVERY_REISSUE != 0,
-                zero_copy: flags & F_SUPPORT_ZERO_COPY != 0,
-                auto_buf_reg: flags & F_AUTO_BUF_REG != 0,
+                data: Data::new(flags),
+                recovery: Recovery::new(flags),
                 shmem,
                 desc_pages,
                 events,
@@ -210,13 +314,6 @@ impl Queue {
             },
             GFP_KERNEL,
         )?)
-    }
-
-    /// Returns whether the driver copies the data of requests between them and the buffers that
-    /// the server names in its commands (copy mode), rather than the server reaching it with user
-    /// copy or zero copy.
-    pub(crate) fn copies_data(&self) -> bool {
-        !(self.user_copy || self.zero_copy || self.auto_buf_reg)
     }
 
     /// Keeps `rq`, the only reference to a started request of this queue whose completion the
@@ -303,8 +400,8 @@ impl Queue {
         match self.state() {
             QueueState::Stopping => NoServer::Fail(EIO),
             QueueState::FailIo => NoServer::Fail(EREMOTEIO),
-            _ if owned && self.reissue => NoServer::Shelve,
-            _ if !owned && self.requeue_io => NoServer::Shelve,
+            _ if owned && self.recovery == Recovery::Reissue => NoServer::Shelve,
+            _ if !owned && self.recovery.requeues() => NoServer::Shelve,
             _ => NoServer::Fail(EIO),
         }
     }
@@ -431,8 +528,15 @@ impl mq::Operations for DiskOps {
     }
 
     #[inline]
-    fn queue_rq(queues: ArcBorrow<'_, Queues>, rq: ARef<Rq>, is_last: bool) -> Result {
-        let queue = queues.get(rq.queue_index() as usize)?;
+    fn queue_rq(
+        queues: ArcBorrow<'_, Queues>,
+        rq: ARef<Rq>,
+        is_last: bool,
+    ) -> Result<(), (ARef<Rq>, Error)> {
+        let queue = match queues.get(rq.queue_index() as usize) {
+            Ok(queue) => queue,
+            Err(e) => return Err((rq, e)),
+        };
         if queue.events.is_some() {
             batch::queue_rq(queue, rq, is_last);
             return Ok(());
@@ -467,7 +571,7 @@ impl mq::Operations for DiskOps {
                 Err(e) => {
                     warn_on!(true);
                     let bh = local_bh_disable();
-                    io::end_request(rq, e.to_errno(), 0, &bh);
+                    io::end_request(rq, e.to_errno(), 0, &bh, None);
                 }
             }
         }
@@ -479,10 +583,9 @@ impl mq::Operations for DiskOps {
         }
     }
 
-    fn commit_rqs(queues: ArcBorrow<'_, Queues>) {
-        // The kernel crate's `commit_rqs` does not pass the hardware queue that blk-mq names, so
-        // every queue is kicked; a kick of a queue without new tags finds nothing to hand over.
-        for queue in queues.iter() {
+    fn commit_rqs(queues: ArcBorrow<'_, Queues>, hw_queue: u32) {
+        // The tags queued to the hardware queue go to the server's fetch commands.
+        if let Ok(queue) = queues.get(hw_queue as usize) {
             batch::kick(queue);
         }
     }
@@ -492,7 +595,7 @@ impl mq::Operations for DiskOps {
         // context when a CPU goes offline with completions queued to it.
         let (error, bytes) = rq.data_ref().get();
         let bh = local_bh_disable();
-        io::end_request(rq, error, bytes, &bh);
+        io::end_request(rq, error, bytes, &bh, None);
     }
 
     #[cfg(CONFIG_BLK_DEV_ZONED)]

@@ -855,7 +855,11 @@ impl Lending {
 /// - `io` is only reached through the [`Held`] that holds the slot.
 /// - `task` points to the task that `io` names as the server thread that fetched the slot, or is
 ///   null if it names none; it is never dereferenced.
+///
+/// Each slot starts a cache line of its own: the slots of neighbouring tags are written by the
+/// CPUs that submit their requests and the server threads that serve them, which differ.
 #[pin_data]
+#[repr(align(64))]
 pub(crate) struct Slot {
     state: Atomic<i32>,
     task: ThreadId,

@@ -134,9 +134,10 @@ pub(crate) fn ioc_nr(op: u32) -> u32 {
 }
 
 /// Returns whether an operation code is a ublk command: ioctl-encoded with type `'u'`, or a bare
-/// command number (legacy servers).
+/// command number (legacy servers) if the kernel accepts those
+/// (`CONFIG_BLKDEV_UBLK_LEGACY_OPCODES`).
 pub(crate) fn is_ublk_op(op: u32) -> bool {
-    _IOC_TYPE(op) == 0 || _IOC_TYPE(op) == CTRL
+    _IOC_TYPE(op) == CTRL || (_IOC_TYPE(op) == 0 && cfg!(CONFIG_BLKDEV_UBLK_LEGACY_OPCODES))
 }
 
 fn u16_at(b: &[u8], off: usize) -> u16 {

@@ -171,8 +171,11 @@ pub(crate) fn check_command(
     let end = path.iter().position(|&c| c == 0).unwrap_or(path.len() - 1);
     let name = CStr::from_bytes_with_nul(&path[..=end]).map_err(|_| EINVAL)?;
     let found = Path::lookup(name)?;
-    if found.char_dev() != Some(ctl.char_devt(dev)) {
-        return Err(EPERM);
+    // A deleted device has no `/dev/ublkcN` that a path could name: no node passes, not even one
+    // that anybody may create with a placeholder number (an overlayfs whiteout is `0:0`).
+    match ctl.char_devt(dev) {
+        Some(devt) if found.char_dev() == Some(devt) => {}
+        _ => return Err(EPERM),
     }
     found.permission(access)?;
 

@@ -51,7 +51,7 @@ pub(crate) fn copy(dev: &UblkDevice, pos: i64, iter: UserIter<'_, '_>) -> Result
         return Err(EINVAL);
     }
     let queue = dev.queues.get(pos.q_id.into())?;
-    if !queue.user_copy {
+    if !queue.data.user_copy() {
         return Err(EACCES);
     }
     if pos.tag >= dev.depth {

@@ -37,7 +37,7 @@ use kernel::{
 /// Returns where the buffer of the slot's next request goes, as the fetch or commit command `cmd`
 /// names it, on a device with `UBLK_F_AUTO_BUF_REG`; the default on other devices.
 pub(crate) fn auto_buf_reg(queue: &Queue, cmd: &Cmd<'_>) -> Result<AutoBufReg> {
-    if queue.auto_buf_reg {
+    if queue.data.auto_buf_reg() {
         AutoBufReg::parse(cmd.sqe_addr())
     } else {
         Ok(AutoBufReg::default())
@@ -64,7 +64,7 @@ pub(crate) fn register_io_buf<'a>(
             return Err(EINVAL);
         }
     }
-    if !queue.zero_copy {
+    if !queue.data.zero_copy() {
         return Err(EINVAL);
     }
     let rq = slot.lend()?;

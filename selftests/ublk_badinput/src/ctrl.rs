@@ -135,12 +135,21 @@ impl Ctrl {
 }
 
 /// Whether modprobe's `module` is the Rust implementation of the ublk driver (a kernel configured
-/// with `CONFIG_BLK_DEV_UBLK_IMPL_RUST` has it as `ublk_drv`): its description says so.
-pub fn is_rust_implementation(module: &str) -> bool {
-    std::process::Command::new("modinfo")
+/// with `CONFIG_BLK_DEV_UBLK_IMPL_RUST` has it as `ublk_drv`): its description says so. An error
+/// if `modinfo` cannot tell (no such module, or no `modinfo`).
+pub fn is_rust_implementation(module: &str) -> anyhow::Result<bool> {
+    let out = std::process::Command::new("modinfo")
         .args(["-F", "description", module])
         .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("Rust"))
+        .map_err(|e| anyhow::anyhow!("cannot run modinfo for {module}: {e}"))?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "modinfo {module} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).contains("Rust"))
 }
 
 #[cfg(test)]

@@ -196,7 +196,10 @@ fn main() -> ExitCode {
         Some(m) => vec![m],
         None => DRIVERS.iter().map(|(_, m)| *m).collect(),
     };
-    if wanted.contains(&DRIVERS[0].1) && driver::is_rust_implementation(DRIVERS[0].1) {
+    // A module that modinfo cannot find is not the Rust one: `available` below skips for it.
+    if wanted.contains(&DRIVERS[0].1)
+        && driver::is_rust_implementation(DRIVERS[0].1).unwrap_or(false)
+    {
         println!(
             "# SKIP {} is the Rust implementation in this kernel: no C driver to compare with",
             DRIVERS[0].1

@@ -11,14 +11,17 @@
 
 # shellcheck source-path=SCRIPTDIR source=rublk_lib.sh
 . "$(dirname "$0")/rublk_lib.sh"
-rublk_require
 
 CLASS=/sys/class/ublk-char
 
+# What needs no server comes first: a driver whose /dev/ublkcN is no longer
+# of class ublk-char fails here even where rublk is missing.
 major=$(awk '$2 == "ublk-char" { print $1 }' /proc/devices)
 [ -n "$major" ] || die "no ublk-char character device region in /proc/devices"
 echo "ublk-char major: $major"
 [ -d "$CLASS" ] || die "no $CLASS"
+
+rublk_require
 
 # A device with a chosen id, one with a higher one, one with the first free.
 ids="$(rublk_add null -n 0) $(rublk_add null -n 7) $(rublk_add null)"

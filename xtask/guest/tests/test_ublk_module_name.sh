@@ -34,6 +34,13 @@ param=/sys/module/ublk_drv/parameters/ublks_max
 max=$(cat "$param") || die "cannot read $param"
 # The harness loads the module without parameters: the default.
 [ "$max" = 64 ] || die "$param is '$max', not the default 64"
+# Writable by root in the C driver, read-only in the Rust one (its module
+# parameters cannot change after load).
+mode=$(stat -c %a "$param")
+case "${DRIVER:-}:$mode" in
+c:644 | rust:444) ;;
+*) die "$param has mode $mode (driver '${DRIVER:-}'): C's is 644, Rust's 444" ;;
+esac
 
 # The name resolves, and loading what is loaded is a no-op.
 out=$(modprobe -n -v ublk_drv 2>&1) || die "modprobe -n ublk_drv failed: $out"

@@ -1,8 +1,8 @@
 //! The Rust driver as the module `ublk_drv`, as a kernel configured with
 //! `BLK_DEV_UBLK_IMPL_RUST` ships it, without a second kernel build: the
 //! driver's sources built once more as an external module (`make M=`)
-//! against the build directory, under the name and cfg that
-//! `drivers/block/rust_ublk/Makefile` gives it in that configuration, and a
+//! against the build directory, by `drivers/block/rust_ublk/Makefile` with
+//! that configuration given on make's command line, and a
 //! module tree of its own (`modroot-rust`) where it replaces both the C
 //! `ublk_drv` and `rust_ublk`. The Rust driver's test boots use that tree,
 //! so that user space finds the driver by name as it finds the C one.
@@ -22,22 +22,26 @@ pub fn modroot(out: &Path) -> PathBuf {
     out.join("modroot-rust")
 }
 
-/// The external module's `Kbuild`: what `drivers/block/rust_ublk/Makefile`
-/// builds with `CONFIG_BLK_DEV_UBLK_DRV_RUST`.
-const KBUILD: &str = "\
-# Written by cargo xtask build-kernel: the Rust ublk driver as ublk_drv.
-obj-m := ublk_drv.o
-ublk_drv-y := rust_ublk.o
-RUSTFLAGS_rust_ublk.o += --cfg ublk_module_ublk_drv
-";
+/// The options that the tree's `drivers/block/rust_ublk/Makefile` sees, on
+/// make's command line (which overrides the kernel's configuration): the
+/// Rust implementation chosen as `ublk_drv`, so not also `rust_ublk` beside
+/// the C driver.
+const CHOICE: [&str; 2] = [
+    "CONFIG_BLK_DEV_UBLK_DRV_RUST=m",
+    "CONFIG_BLK_DEV_UBLK_RUST=",
+];
 
-/// The driver's sources in the prepared tree.
+/// The driver's sources and its Makefile in the prepared tree: the external
+/// module is built by the same rules as in the tree.
 fn sources(tree: &Path) -> Result<Vec<PathBuf>> {
     let dir = tree.join("drivers/block/rust_ublk");
     let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
         .with_context(|| format!("reading {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "rs")
+                || p.file_name().is_some_and(|n| n == "Makefile")
+        })
         .collect();
     v.sort();
     Ok(v)
@@ -71,13 +75,12 @@ pub fn ensure(
         std::fs::remove_dir_all(&dir)?;
     }
     std::fs::create_dir_all(&dir)?;
-    std::fs::write(dir.join("Kbuild"), KBUILD)?;
     // rustc finds the crate's modules next to the crate root it is given.
     for src in sources(&make.tree)? {
         std::os::unix::fs::symlink(&src, dir.join(src.file_name().unwrap()))?;
     }
     let m = format!("M={}", dir.display());
-    make.run_quiet(out, &[&m, "modules"])?;
+    make.run_quiet(out, &[&m, CHOICE[0], CHOICE[1], "modules"])?;
 
     if root.exists() {
         std::fs::remove_dir_all(&root)?;
@@ -109,6 +112,8 @@ pub fn ensure(
         out,
         &[
             &m,
+            CHOICE[0],
+            CHOICE[1],
             "modules_install",
             &format!("INSTALL_MOD_PATH={}", root.display()),
             "INSTALL_MOD_DIR=extra",
@@ -126,10 +131,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn kbuild_names_the_module_ublk_drv_with_the_cfg_of_the_rust_choice() {
-        assert!(KBUILD.contains("obj-m := ublk_drv.o\n"));
-        assert!(KBUILD.contains("ublk_drv-y := rust_ublk.o\n"));
-        assert!(KBUILD.contains("--cfg ublk_module_ublk_drv\n"));
+    fn the_choice_is_the_rust_ublk_drv_alone() {
+        assert_eq!(
+            CHOICE,
+            [
+                "CONFIG_BLK_DEV_UBLK_DRV_RUST=m",
+                "CONFIG_BLK_DEV_UBLK_RUST="
+            ]
+        );
     }
 
     #[test]
@@ -150,6 +159,6 @@ mod tests {
             .iter()
             .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
             .collect();
-        assert_eq!(names, ["io.rs", "rust_ublk.rs"]);
+        assert_eq!(names, ["Makefile", "io.rs", "rust_ublk.rs"]);
     }
 }

@@ -53,8 +53,12 @@ use core::marker::PhantomData;
 ///         Ok(())
 ///     }
 ///
-///     fn queue_rq((): (), rq: ARef<Request<Self>>, _is_last: bool) -> Result {
-///         Request::end_ok(rq).map_err(|_| EIO)
+///     fn queue_rq(
+///         (): (),
+///         rq: ARef<Request<Self>>,
+///         _is_last: bool,
+///     ) -> Result<(), (ARef<Request<Self>>, Error)> {
+///         Request::end_ok(rq).map_err(|rq| (rq, EIO))
 ///     }
 ///
 ///     fn queue_rqs((): (), rqs: &mut RqList<'_, Self>) {
@@ -64,7 +68,7 @@ use core::marker::PhantomData;
 ///         }
 ///     }
 ///
-///     fn commit_rqs((): ()) {}
+///     fn commit_rqs((): (), _hw_queue: u32) {}
 ///
 ///     fn complete(_rq: ARef<Request<Self>>) {}
 /// }
