@@ -404,11 +404,10 @@ pub(crate) fn end_request(
 /// ([`crate::slot::Slot::settle`]), and the last user of the request ends it, with the result
 /// recorded then.
 pub(crate) fn with_lent<R>(queue: &Queue, slot: &Slot, f: impl FnOnce(&Rq) -> R) -> Result<R> {
-    let rq = slot.lend()?;
-    let ret = f(&rq);
-    // The request may end below, once this is its only other reference.
-    drop(rq);
-    give_back(queue, slot);
+    let (ret, parked) = slot.lend_for(f)?;
+    if let Some(parked) = parked {
+        parked.end(queue);
+    }
     Ok(ret)
 }
 

@@ -603,8 +603,9 @@ impl Io {
 ///   [`Lending::lend_auto`] handed out and that were not given back yet.
 /// - While `OPEN` is set, `lendable` holds a reference to the slot's request, which the server
 ///   serves.
-/// - `lendable` is read by [`Lending::lend`] only after it counted a reference while `OPEN` was
-///   set, until that reference is given back, and by the request's owner. It is written by the
+/// - `lendable` is read by [`Lending::lend`] and [`Lending::lend_for`] only after they counted a
+///   reference while `OPEN` was set, until that reference is given back, and by the request's
+///   owner. It is written by the
 ///   request's owner only while it is `None` and `OPEN` is clear, and emptied only by the context
 ///   that finds `count` at 0 with `OPEN` clear and takes the request over: its owner
 ///   ([`Lending::close`]), or, for a parked request, the last [`Lending::give_back`]. So it holds
@@ -709,10 +710,10 @@ impl Lending {
         self.update(|cur| Some(cur | Self::OPEN));
     }
 
-    /// Lends a reference to the request that the server serves; `EINVAL` if the slot does not
-    /// lend one now.
+    /// Counts a reference to the request that the server serves, to be given back with
+    /// [`Lending::give_back`]; `EINVAL` if the slot does not lend one now.
     #[inline]
-    fn lend(&self) -> Result<ARef<Rq>> {
+    fn count(&self) -> Result {
         let old = self.update(|cur| {
             if cur & Self::OPEN == 0 || cur & Self::COUNT == Self::COUNT {
                 None
@@ -727,10 +728,18 @@ impl Lending {
         if warn_on!(old & Self::COUNT == Self::COUNT) {
             return Err(EBUSY);
         }
+        Ok(())
+    }
+
+    /// Lends a reference to the request that the server serves; `EINVAL` if the slot does not
+    /// lend one now.
+    #[inline]
+    fn lend(&self) -> Result<ARef<Rq>> {
+        self.count()?;
         // SAFETY: This context counted a reference while `OPEN` was set, which it gives back only
         // after this returns: by the type invariants, `lendable` holds the slot's request and is
-        // not written meanwhile. The exchange above was fully ordered, after the one that set
-        // `OPEN` once `lendable` was written.
+        // not written meanwhile. The exchange in `count` was fully ordered, after the one that
+        // set `OPEN` once `lendable` was written.
         let lendable = unsafe { &*self.lendable.get() };
         match lendable {
             // INVARIANT: Counted above, until it is given back.
@@ -742,6 +751,28 @@ impl Lending {
                 Err(EINVAL)
             }
         }
+    }
+
+    /// Lends the request that the server serves to `f`, by reference, and gives it back once `f`
+    /// returned: what [`Lending::lend`] and [`Lending::give_back`] do around `f`, without a
+    /// reference of its own (no request refcount taken and put). Returns what `f` returns, and
+    /// the parked request if this was its last user: the caller ends it. `EINVAL` if the slot
+    /// does not lend its request now.
+    #[inline]
+    fn lend_for<R>(&self, f: impl FnOnce(&Rq) -> R) -> Result<(R, Option<Ending>)> {
+        self.count()?;
+        // SAFETY: As in `lend`: counted while `OPEN` was set, and given back only below, after the
+        // last use of this reference; `lendable` is not written until then.
+        let lendable = unsafe { &*self.lendable.get() };
+        let ret = match lendable {
+            Some(rq) => f(rq),
+            // Never, by the type invariants; as in `lend`, the count stays.
+            None => {
+                warn_on!(true);
+                return Err(EINVAL);
+            }
+        };
+        Ok((ret, self.give_back()))
     }
 
     /// Counts a reference to the request, which its owner hands out itself (to the automatic
@@ -964,6 +995,17 @@ impl Slot {
             return Err(EINVAL);
         }
         self.lending.lend()
+    }
+
+    /// Lends the request as [`Slot::lend`] does, to `f` by reference, and gives it back once
+    /// `f` returned. Returns what `f` returns, and the request parked in the slot if this was its
+    /// last user: the caller ends it.
+    #[must_use = "the request that this may return must be ended"]
+    pub(crate) fn lend_for<R>(&self, f: impl FnOnce(&Rq) -> R) -> Result<(R, Option<Ending>)> {
+        if !self.lends {
+            return Err(EINVAL);
+        }
+        self.lending.lend_for(f)
     }
 
     /// Records the result of `served`, the slot's request, which its holder took from it, and
