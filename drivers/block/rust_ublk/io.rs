@@ -70,7 +70,7 @@
 
 use crate::{
     device::UblkDevice,
-    queue::{Queue, Rq},
+    queue::{DiskOps, Queue, Rq},
     shmem,
     slot::Slot,
     uapi::{AutoBufReg, IoCmd},
