@@ -50,7 +50,7 @@ pub(crate) struct CharDevData(Arc<UblkDevice>);
 
 impl Drop for CharDevData {
     fn drop(&mut self) {
-        self.0.char_dev_released();
+        self.0.record_char_dev_release();
     }
 }
 
@@ -62,7 +62,14 @@ pub(crate) fn register(
     let name = CString::try_from_fmt(fmt!("ublkc{}", dev.id))?;
     let parent = ctl.parent();
     let data = CharDevData(dev);
-    chrdev::Registration::register(&ctl.region, data.0.id, &ctl.class, parent.as_deref(), &name, data)
+    chrdev::Registration::register(
+        &ctl.region,
+        data.0.id,
+        &ctl.class,
+        parent.as_deref(),
+        &name,
+        data,
+    )
 }
 
 impl CharDevice for CharDev {

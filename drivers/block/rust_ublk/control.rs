@@ -3,9 +3,11 @@
 //! `/dev/ublk-control` and its commands.
 //!
 //! The control device only takes io_uring commands on rings with 128-byte SQEs, whose payload is
-//! a `struct ublksrv_ctrl_cmd`. Both the ioctl-encoded operation codes (`UBLK_U_CMD_*`) and the
-//! legacy ones (`UBLK_CMD_*`) are accepted; commands are told apart by their number. Errors are
-//! those of ublk_drv, which tools and servers written against it tell failures apart by.
+//! a `struct ublksrv_ctrl_cmd`. The ioctl-encoded operation codes (`UBLK_U_CMD_*`) are accepted,
+//! and the legacy ones (`UBLK_CMD_*`) with `CONFIG_BLKDEV_UBLK_LEGACY_OPCODES` (an option of
+//! `BLK_DEV_UBLK`: `rust_ublk` built without it refuses them); commands are told apart by their
+//! number. Errors are those of ublk_drv, which tools and servers written against it tell failures
+//! apart by.
 
 use crate::{
     chardev::{self, CharDev},
@@ -449,8 +451,8 @@ fn unprivileged_devices(devices: &RBTree<u32, Entry>) -> u32 {
 ///
 /// Stops the device and removes `/dev/ublkcN`. The device number stays taken until the server
 /// closed `/dev/ublkcN` and it was released; `UBLK_U_CMD_DEL_DEV` waits for that, so that the
-/// number is free when it returns. Deleting a deleted device succeeds: a server deletes its device when it exits, and
-/// may race with the tool that deleted it (see `Entry`).
+/// number is free when it returns. Deleting a deleted device succeeds: a server deletes its device
+/// when it exits, and may race with the tool that deleted it (see `Entry`).
 fn del_dev(ctl: &Control, dev: &Arc<UblkDevice>, wait: bool) -> Result {
     UblkDevice::stop(dev);
     {

@@ -731,7 +731,7 @@ impl UblkDevice {
     }
 
     /// Records that the removed `/dev/ublkcN` of the device was released.
-    pub(crate) fn char_dev_released(&self) {
+    pub(crate) fn record_char_dev_release(&self) {
         self.state.lock().char_dev_released = true;
         self.ready.notify_all();
     }

@@ -413,8 +413,13 @@ pub(crate) fn with_lent<R>(queue: &Queue, slot: &Slot, f: impl FnOnce(&Rq) -> R)
 
 /// Gives back a reference to the request of `slot` that [`crate::slot::Slot::lend`] lent, which the
 /// caller dropped, and ends the request if it was parked and this was its last user.
-pub(crate) fn give_back(queue: &Queue, slot: &Slot) {
-    let parked = slot.give_back();
+///
+/// # Safety
+///
+/// As for [`Slot::give_back`]: the caller gives back one reference lent from `slot`, once.
+pub(crate) unsafe fn give_back(queue: &Queue, slot: &Slot) {
+    // SAFETY: By the safety requirements, as `Slot::give_back` requires.
+    let parked = unsafe { slot.give_back() };
     if let Some(parked) = parked {
         parked.end(queue);
     }

@@ -600,7 +600,8 @@ impl Io {
 ///
 /// Let `count` be `word & COUNT`.
 /// - `count` is the number of references to the slot's request that [`Lending::lend`] and
-///   [`Lending::lend_auto`] handed out and that were not given back yet.
+///   [`Lending::lend_auto`] handed out and that were not given back yet, and of the borrows of
+///   `lendable` that [`Lending::lend_for`] runs.
 /// - While `OPEN` is set, `lendable` holds a reference to the slot's request, which the server
 ///   serves.
 /// - `lendable` is read by [`Lending::lend`] and [`Lending::lend_for`] only after they counted a
@@ -1038,8 +1039,16 @@ impl Slot {
     /// Takes back a reference that [`Slot::lend`] or [`Held::lend_auto`] lent, which the caller
     /// dropped. Returns the request parked in the slot if this was its last user: the caller
     /// ends it.
+    ///
+    /// # Safety
+    ///
+    /// The caller gives back one reference that [`Slot::lend`] or [`Held::lend_auto`] lent from
+    /// this slot and that was not given back yet: each lent reference is given back once. (A
+    /// reference given back that was not lent would take the count of another lender, and the
+    /// request could end, and the reference that [`Slot::lend_for`] lends from be dropped, while
+    /// that lender still uses it.)
     #[must_use = "the request that this returns must be ended"]
-    pub(crate) fn give_back(&self) -> Option<Ending> {
+    pub(crate) unsafe fn give_back(&self) -> Option<Ending> {
         // Only a slot that lends lent something.
         if warn_on!(!self.lends) {
             return None;

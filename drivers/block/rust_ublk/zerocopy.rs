@@ -72,8 +72,9 @@ pub(crate) fn register_io_buf<'a>(
     let index = io_cmd.addr as u32;
     let registered = cmd.register_request_buffer::<DiskOps, BufRelease>(rq, index, issue_flags);
     if registered.is_err() {
-        // The registration dropped the reference it was lent.
-        io::give_back(queue, slot);
+        // SAFETY: The registration failed and dropped `rq`, the reference that `slot.lend()` lent
+        // above; it is given back here only.
+        unsafe { io::give_back(queue, slot) };
     }
     registered.map(|()| Issued::Done(0))
 }
@@ -125,6 +126,9 @@ unsafe impl RequestBufferRelease<DiskOps> for BufRelease {
             warn_on!(true);
             return;
         };
-        io::give_back(queue, slot);
+        // SAFETY: A registered buffer holds one reference lent from the slot of its request
+        // (`Slot::lend` in `register_io_buf`, `Held::lend_auto` in the automatic registration),
+        // which io_uring hands back here once, and which was dropped above.
+        unsafe { io::give_back(queue, slot) };
     }
 }
