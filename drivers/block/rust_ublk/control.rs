@@ -40,7 +40,8 @@ const MAX_UBLKS: u32 = 1 << kernel::bindings::MINORBITS;
 /// A device known to the control device.
 ///
 /// A deleted device keeps its number, and commands still find it, until its server has closed
-/// `/dev/ublkcN`: a second `UBLK_U_CMD_DEL_DEV` (ublk servers delete their device when they exit,
+/// `/dev/ublkcN` and it was released: a second `UBLK_U_CMD_DEL_DEV` of a privileged device (ublk
+/// servers delete their device when they exit,
 /// racing with the tool that deleted it) succeeds, and `UBLK_U_CMD_ADD_DEV` cannot reuse the number
 /// while the old server may still issue commands.
 struct Entry {
@@ -114,20 +115,18 @@ impl Control {
     /// Deletes every device, for the module's removal: their `/dev/ublkcN` are removed before
     /// their parent, `/dev/ublk-control`, and the class.
     ///
-    /// Returns once every `/dev/ublkcN` is released: their release functions are the module's.
+    /// Waits for the release of each `/dev/ublkcN`, whose release function is the module's. No
+    /// file of a device is open (each holds the module), so the release is immediate, but with
+    /// `CONFIG_DEBUG_KOBJECT_RELEASE`, which delays it: then the rest of the release (dropping
+    /// the registration's reference to the device, freeing it) may still run after the wait,
+    /// the window of any release that puts its module's last reference.
     pub(crate) fn remove_all(&self) {
-        let devices = core::mem::take(&mut *self.devices.lock());
-        let mut left = KVec::new();
-        for (_, entry) in devices.iter() {
-            // Without memory for the list, the release is not waited for: the same as before
-            // the device's release was delayed (`CONFIG_DEBUG_KOBJECT_RELEASE`).
-            let _ = left.push(entry.dev.clone(), GFP_KERNEL);
-        }
+        let mut devices = core::mem::take(&mut *self.devices.lock());
         // Dropped without the lock, as when the control device goes.
-        drop(devices);
-        // No file of a device is open: each holds the module. The releases are only late with
-        // `CONFIG_DEBUG_KOBJECT_RELEASE`.
-        for dev in left {
+        while let Some(first) = devices.cursor_front_mut() {
+            let (_, entry) = first.remove_current().1.to_key_value();
+            let dev = entry.dev.clone();
+            drop(entry);
             let _ = dev.wait_released(false);
         }
     }

@@ -112,7 +112,8 @@ unsafe impl AtomicType for QueueState {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Data {
     /// The driver copies the data between each request and the buffer that the server names in
-    /// its commands.
+    /// its commands; with `UBLK_F_SHMEM_ZC`, not for a request whose data lies in a buffer the
+    /// server registered (the io descriptor names where instead).
     Copy {
         /// The server names the buffer for the data of a write only once it learnt about the
         /// write (`UBLK_F_NEED_GET_DATA`).
@@ -282,8 +283,9 @@ impl Queue {
     ) -> Result<Arc<Self>> {
         let (desc_pages, writers) = iodesc::new_descs(depth, desc_size)?;
         let mut writers = writers.into_iter();
+        let data = Data::new(flags);
         // The server reaches the data of requests itself: their slots lend them.
-        let lends = !Data::new(flags).copies();
+        let lends = !data.copies();
         let slots = KVBox::pin_slice(
             // `new_descs` returns one writer per tag.
             |_| Slot::new(writers.next(), lends),
@@ -303,7 +305,7 @@ impl Queue {
             Self {
                 rq_affinity: flags & F_SUPPORT_RQ_AFFINITY != 0,
                 zoned: flags & F_ZONED != 0,
-                data: Data::new(flags),
+                data,
                 recovery: Recovery::new(flags),
                 shmem,
                 desc_pages,

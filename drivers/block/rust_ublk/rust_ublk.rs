@@ -49,7 +49,11 @@
 //! 2. `Control::devices` (mutex): the table of devices. `UBLK_U_CMD_ADD_DEV` holds it while it
 //!    creates the device, copies the device information to user space (the mmap lock, on a
 //!    fault) and adds `/dev/ublkcN`; `UBLK_U_CMD_DEL_DEV` removes it under it. Lookups take the
-//!    device lock under it, to free the number of a deleted device whose server has gone.
+//!    device lock under it, to free the number of a deleted device whose server has gone, and so
+//!    may the release of a removed `/dev/ublkcN` ([`chardev::CharDevData`]), which records itself
+//!    under the device lock.
+//!    - `Control::parent` (mutex): the device of `/dev/ublk-control`, taken under the table lock
+//!      by `UBLK_U_CMD_ADD_DEV`, or alone by `open` of `/dev/ublk-control`; innermost.
 //! 3. No lock of the driver core is held around `open` of `/dev/ublkcN`, which may come after the
 //!    device was deleted: `open` refuses a deleted device under the device lock.
 //! 4. `UblkDevice::shmem` (mutex): the shared-memory buffers of the server ([`shmem`]).

@@ -888,8 +888,9 @@ impl Lending {
 /// - `task` points to the task that `io` names as the server thread that fetched the slot, or is
 ///   null if it names none; it is never dereferenced.
 ///
-/// Each slot starts a cache line of its own: the slots of neighbouring tags are written by the
-/// CPUs that submit their requests and the server threads that serve them, which differ.
+/// Each slot starts at a multiple of 64 bytes, a cache line on most machines: the slots of
+/// neighbouring tags are written by the CPUs that submit their requests and the server threads
+/// that serve them, which differ.
 #[pin_data]
 #[repr(align(64))]
 pub(crate) struct Slot {

@@ -20,15 +20,23 @@ use super::Request;
 ///
 /// [`Request::end_ok_batched`] adds a request; a request that cannot be batched is ended at once.
 ///
+/// The requests of a batch keep their tags, and their request queue's usage count, until the
+/// batch is dropped: a batch must be dropped soon, and never held across anything that waits for
+/// its own requests (freezing their queue, deleting their disk). A batch that is leaked leaks its
+/// requests, and such a wait never ends. A batch may be moved: nothing points to it.
+///
 /// # Invariants
 ///
-/// `iob` is an initialized `struct io_comp_batch`. Each request on its list was given back to
-/// blk-mq by [`Request::end_ok_batched`], all its bytes transferred, and is not ended yet: it is
-/// ended by `iob.complete` when the batch is dropped, and by nothing else.
+/// `iob` is an initialized `struct io_comp_batch`. Its `complete` is `None` or
+/// `blk_mq_end_request_batch()`, the only function [`Request::end_ok_batched`] passes. Each
+/// request on its list was given back to blk-mq by [`Request::end_ok_batched`], all its bytes
+/// transferred, and is not ended yet: it is ended by `complete` when the batch is dropped, and by
+/// nothing else.
 pub struct CompletionBatch<T: Operations> {
     iob: Opaque<bindings::io_comp_batch>,
-    /// The batch stays on the CPU that fills it: the requests are ended in the context that
-    /// ended their bios.
+    /// Not `Send`: a batch is filled and ended by one thread, as blk-mq's own batches are (a
+    /// driver has no reason to hand one to another thread, which would only hold the requests
+    /// longer).
     _p: PhantomData<(T, *mut ())>,
 }
 
@@ -57,7 +65,7 @@ impl<T: Operations> Drop for CompletionBatch<T> {
     fn drop(&mut self) {
         let iob = self.iob.get();
         // SAFETY: By the type invariants, `iob` is initialized; `complete` is set once a request
-        // was added, to the function that ends the requests of the list.
+        // was added, to `blk_mq_end_request_batch()`, which ends the requests of the list.
         if let Some(complete) = unsafe { (*iob).complete } {
             // SAFETY: By the type invariants, the requests of the list are ended by this call
             // only, and `iob` is not used afterwards.
