@@ -28,7 +28,7 @@ use kernel::{
     miscdevice::{MiscCmdFile, MiscDevice, MiscDeviceRegistration},
     new_mutex,
     prelude::*,
-    rbtree::RBTree,
+    rbtree::{RBTree, RBTreeNodeReservation},
     sync::{aref::ARef, Arc, ArcBorrow, Mutex},
     uaccess::{UserPtr, UserSlice},
 };
@@ -416,8 +416,11 @@ fn add_dev(ctl: &Control, header: &CtrlCmd) -> Result {
 
     let dev = UblkDevice::new(info)?;
     writer.write_slice(&info.to_bytes())?;
+    // The table's node is allocated before `/dev/ublkcN` appears: once a server may open it,
+    // the device is in the table, where `UBLK_U_CMD_DEL_DEV` finds it.
+    let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
     let char_dev = Some(chardev::register(ctl, dev.clone())?);
-    devices.try_create_and_insert(id, Entry { dev, char_dev }, GFP_KERNEL)?;
+    devices.insert(node.into_node(id, Entry { dev, char_dev }));
     Ok(())
 }
 
