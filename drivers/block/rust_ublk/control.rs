@@ -470,6 +470,8 @@ fn del_dev(ctl: &Control, dev: &Arc<UblkDevice>, wait: bool) -> Result {
         // before the old one is removed.
         if char_dev.is_some() {
             dev.state.lock().deleted = true;
+            // A `UBLK_U_CMD_START_DEV` that waits for a server gives up.
+            dev.ready.notify_all();
         }
         drop(char_dev);
     }

@@ -99,6 +99,9 @@ pub(crate) struct DeviceState {
     /// Whether [`UblkDevice::stop`] is deleting the disk, which the release of `/dev/ublkcN`
     /// waits for before it looks at the device's life.
     pub(crate) deleting: bool,
+    /// How many [`UblkDevice::stop`] run: `UBLK_U_CMD_START_DEV` waits until none does, so that
+    /// it neither adds a disk while the old one is deleted nor makes live a device being stopped.
+    stopping: u32,
     /// Whether the device was deleted (`UBLK_U_CMD_DEL_DEV`): `/dev/ublkcN` cannot be opened any
     /// more.
     pub(crate) deleted: bool,
@@ -294,6 +297,7 @@ impl UblkDevice {
                     server: Server::Detached,
                     queue_fetched,
                     deleting: false,
+                    stopping: 0,
                     deleted: false,
                     char_dev_released: false,
                 }),
@@ -333,7 +337,10 @@ impl UblkDevice {
         if state.params.types() & params::TYPE_BASIC == 0 {
             return Err(EINVAL);
         }
-        while state.nr_fetched() < this.nr_ios() && !this.is_stopping() {
+        while (state.nr_fetched() < this.nr_ios() || state.stopping > 0)
+            && !this.is_stopping()
+            && !state.deleted
+        {
             if this.ready.wait_interruptible(&mut state) {
                 return Err(EINTR);
             }
@@ -349,6 +356,11 @@ impl UblkDevice {
         // start with `EBUSY` too.
         if this.is_stopping() {
             return Err(EBUSY);
+        }
+        // A deleted device is never started: its `/dev/ublkcN` is gone, so no server can fetch
+        // (ublk_drv would wait for one until interrupted).
+        if state.deleted {
+            return Err(ENODEV);
         }
         // The server may copy the data of the requests that adding the disk issues.
         this.live.store(true, Relaxed);
@@ -433,6 +445,7 @@ impl UblkDevice {
                 | Lifecycle::Stopped => Lifecycle::Stopped,
             };
             let old_life = core::mem::replace(&mut state.life, life);
+            state.stopping += 1;
             if matches!(
                 old_life,
                 Lifecycle::Live(_) | Lifecycle::Quiesced(_) | Lifecycle::FailIo(_)
@@ -455,16 +468,19 @@ impl UblkDevice {
         // Dropping the disk deletes it, which waits for the requests in flight.
         drop(old_life);
         drop(shmem);
-        if had_disk {
-            this.state.lock().deleting = false;
-            this.ready.notify_all();
-        }
         // Only then a server that has `/dev/ublkcN` open is told to exit: `UBLK_U_CMD_STOP_DEV`
         // returns right after, before the server can delete the device itself (libublk servers do
         // on exit), so the tool that stopped it deletes it first. Without a server there is no
-        // command to abort, and the next server must be able to fetch. A device started again
-        // meanwhile keeps its server.
-        let state = this.state.lock();
+        // command to abort, and the next server must be able to fetch. In the same hold as the
+        // end of the stop, which a `UBLK_U_CMD_START_DEV` waits for: it then finds the queues
+        // stopping (`EBUSY`) or waits for a new server's fetches. A device started again after
+        // another stop that ran beside this one keeps its server.
+        let mut state = this.state.lock();
+        state.stopping -= 1;
+        if had_disk {
+            state.deleting = false;
+        }
+        this.ready.notify_all();
         if !matches!(state.life, Lifecycle::Live(_)) {
             this.live.store(false, Relaxed);
             if matches!(state.server, Server::Attached { .. }) {

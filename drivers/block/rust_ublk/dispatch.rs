@@ -312,12 +312,12 @@ pub(crate) fn register_auto(
     cmd: &QueuedIoUringCmd,
     issue_flags: IssueFlags<'_>,
 ) -> bool {
-    let Some((rq, index)) = io.lend_auto(served) else {
+    let Some((rq, index, lent)) = io.lend_auto(served) else {
         return false;
     };
     let registered = cmd
         .register_request_buffer::<DiskOps, zerocopy::BufRelease>(rq, index.into(), issue_flags)
         .is_ok();
-    io.registered_auto(registered.then(|| cmd.ring()));
+    io.registered_auto(lent, registered.then(|| cmd.ring()));
     registered
 }

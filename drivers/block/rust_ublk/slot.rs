@@ -878,6 +878,11 @@ impl Lending {
     }
 }
 
+/// A reference that [`Held::lend_auto`] counted, which only [`Held::registered_auto`] takes: a
+/// count of the slot's lending word is given back once, by whoever took it.
+#[must_use = "the count must go to the registered buffer or back to the slot"]
+pub(crate) struct AutoLent(());
+
 /// An io slot: the state of one tag of a queue.
 ///
 /// # Invariants
@@ -1172,19 +1177,22 @@ impl Held<'_> {
 
     /// Lends a reference to `served`, the slot's request that the server's task delivers, to the
     /// buffer that the driver registers with the server's ring (`UBLK_F_AUTO_BUF_REG`). Returns
-    /// it with the index to register it at; `None` if the slot cannot count one more.
-    pub(crate) fn lend_auto(&mut self, served: &Served) -> Option<(ARef<Rq>, u16)> {
+    /// it with the index to register it at, and the count of it, which
+    /// [`Held::registered_auto`] takes; `None` if the slot cannot count one more.
+    pub(crate) fn lend_auto(&mut self, served: &Served) -> Option<(ARef<Rq>, u16, AutoLent)> {
         // Only a queue with `UBLK_F_AUTO_BUF_REG` calls this, whose slots lend.
         self.slot
             .lending
             .lend_auto()
-            .then(|| (served.lend_ref(), self.auto_reg.index))
+            .then(|| (served.lend_ref(), self.auto_reg.index, AutoLent(())))
     }
 
-    /// Records the outcome of the automatic registration of the slot's buffer: the ring it is
-    /// registered with, or, if it failed, the reference it was lent, which the registration
-    /// dropped.
-    pub(crate) fn registered_auto(&mut self, ring: Option<RingId>) {
+    /// Records the outcome of the automatic registration of the slot's buffer, which `lent`
+    /// counted: the ring it is registered with (the buffer keeps the count until io_uring releases
+    /// it), or, if it failed, the count is given back (the registration dropped the reference).
+    pub(crate) fn registered_auto(&mut self, lent: AutoLent, ring: Option<RingId>) {
+        // The count goes to the buffer, or back to the slot, here.
+        let AutoLent(()) = lent;
         match ring {
             Some(ring) => self.auto_registered = Some(ring),
             // The slot may have lent others (a buffer that an earlier delivery of a batch
