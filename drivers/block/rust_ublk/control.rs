@@ -456,6 +456,11 @@ fn unprivileged_devices(devices: &RBTree<u32, Entry>) -> u32 {
 /// number is free when it returns. Deleting a deleted device succeeds: a server deletes its device
 /// when it exits, and may race with the tool that deleted it (see `Entry`).
 fn del_dev(ctl: &Control, dev: &Arc<UblkDevice>, wait: bool) -> Result {
+    // From now on no server attaches (`open` refuses a deleted device under the device lock), and
+    // no `UBLK_U_CMD_START_DEV` makes the device live again, which the stop below could not undo:
+    // one that waits for a server gives up.
+    dev.state.lock().deleted = true;
+    dev.ready.notify_all();
     UblkDevice::stop(dev);
     {
         let mut devices = ctl.devices.lock();
@@ -463,16 +468,10 @@ fn del_dev(ctl: &Control, dev: &Arc<UblkDevice>, wait: bool) -> Result {
             .get_mut(&dev.id)
             .filter(|e| Arc::ptr_eq(&e.dev, dev))
             .and_then(|e| e.char_dev.take());
-        // `open` refuses a deleted device, under the device lock: a lookup that sees the entry
-        // without `/dev/ublkcN` then knows that no server can still attach (an `open` that took
-        // the device lock first attached its server, which the lookup sees). Removed under the
-        // table lock, so that a new device cannot take the number, hence the minor number,
-        // before the old one is removed.
-        if char_dev.is_some() {
-            dev.state.lock().deleted = true;
-            // A `UBLK_U_CMD_START_DEV` that waits for a server gives up.
-            dev.ready.notify_all();
-        }
+        // The device is marked deleted: a lookup that sees the entry without `/dev/ublkcN` knows
+        // that no server can still attach (an `open` that took the device lock first attached its
+        // server, which the lookup sees). Removed under the table lock, so that a new device
+        // cannot take the number, hence the minor number, before the old one is removed.
         drop(char_dev);
     }
     if wait {

@@ -345,6 +345,11 @@ impl UblkDevice {
                 return Err(EINTR);
             }
         }
+        // A deleted device is never started: no server can attach to it any more (ublk_drv would
+        // wait for one until interrupted).
+        if state.deleted && matches!(state.server, Server::Detached) {
+            return Err(ENODEV);
+        }
         if !matches!(state.server, Server::Attached { tgid, .. } if tgid == pid) {
             return Err(EINVAL);
         }
@@ -357,8 +362,7 @@ impl UblkDevice {
         if this.is_stopping() {
             return Err(EBUSY);
         }
-        // A deleted device is never started: its `/dev/ublkcN` is gone, so no server can fetch
-        // (ublk_drv would wait for one until interrupted).
+        // Nor by its server, which the stop that the deletion runs tells to exit.
         if state.deleted {
             return Err(ENODEV);
         }
@@ -473,8 +477,8 @@ impl UblkDevice {
         // on exit), so the tool that stopped it deletes it first. Without a server there is no
         // command to abort, and the next server must be able to fetch. In the same hold as the
         // end of the stop, which a `UBLK_U_CMD_START_DEV` waits for: it then finds the queues
-        // stopping (`EBUSY`) or waits for a new server's fetches. A device started again after
-        // another stop that ran beside this one keeps its server.
+        // stopping (`EBUSY`) or waits for a new server's fetches. So the device is not live here
+        // (`UBLK_U_CMD_END_USER_RECOVERY` refuses a stopped device too); checked all the same.
         let mut state = this.state.lock();
         state.stopping -= 1;
         if had_disk {

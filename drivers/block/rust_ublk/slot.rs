@@ -881,7 +881,7 @@ impl Lending {
 /// A reference that [`Held::lend_auto`] counted, which only [`Held::registered_auto`] takes: a
 /// count of the slot's lending word is given back once, by whoever took it.
 #[must_use = "the count must go to the registered buffer or back to the slot"]
-pub(crate) struct AutoLent(());
+pub(crate) struct AutoLent<'a>(&'a Slot);
 
 /// An io slot: the state of one tag of a queue.
 ///
@@ -1104,7 +1104,7 @@ impl core::ops::DerefMut for Held<'_> {
     }
 }
 
-impl Held<'_> {
+impl<'a> Held<'a> {
     /// `Delivering` or `Committing` -> `Fetched`, and lets go of the slot: see `Io::rearm`.
     ///
     /// Then, if the queue is not served (the device is stopped or quiesced, or the server is
@@ -1179,20 +1179,23 @@ impl Held<'_> {
     /// buffer that the driver registers with the server's ring (`UBLK_F_AUTO_BUF_REG`). Returns
     /// it with the index to register it at, and the count of it, which
     /// [`Held::registered_auto`] takes; `None` if the slot cannot count one more.
-    pub(crate) fn lend_auto(&mut self, served: &Served) -> Option<(ARef<Rq>, u16, AutoLent)> {
+    pub(crate) fn lend_auto(&mut self, served: &Served) -> Option<(ARef<Rq>, u16, AutoLent<'a>)> {
         // Only a queue with `UBLK_F_AUTO_BUF_REG` calls this, whose slots lend.
         self.slot
             .lending
             .lend_auto()
-            .then(|| (served.lend_ref(), self.auto_reg.index, AutoLent(())))
+            .then(|| (served.lend_ref(), self.auto_reg.index, AutoLent(self.slot)))
     }
 
     /// Records the outcome of the automatic registration of the slot's buffer, which `lent`
     /// counted: the ring it is registered with (the buffer keeps the count until io_uring releases
     /// it), or, if it failed, the count is given back (the registration dropped the reference).
-    pub(crate) fn registered_auto(&mut self, lent: AutoLent, ring: Option<RingId>) {
-        // The count goes to the buffer, or back to the slot, here.
-        let AutoLent(()) = lent;
+    pub(crate) fn registered_auto(&mut self, lent: AutoLent<'_>, ring: Option<RingId>) {
+        // The count goes to the buffer, or back to the slot, here: only this slot's.
+        let AutoLent(slot) = lent;
+        if warn_on!(!core::ptr::eq(slot, self.slot)) {
+            return;
+        }
         match ring {
             Some(ring) => self.auto_registered = Some(ring),
             // The slot may have lent others (a buffer that an earlier delivery of a batch
