@@ -81,6 +81,12 @@ const REPORTS: &[Report] = &[
                the same matrix again, Rust series patches 1-91, another boot:\n  \
                how far one boot's over-cells ratios move",
     },
+    Report {
+        dir: "xtask/results/rust-vs-c-106",
+        link: "modes.md",
+        what: "`cargo xtask bench rust-vs-c --modes ... --rounds 5`,\n  \
+               per data mode again on Rust series patches 1-106, 5 rounds of 10 s",
+    },
 ];
 
 #[derive(clap::Args, Debug)]
