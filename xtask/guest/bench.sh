@@ -275,9 +275,12 @@ ratio_one() {
 }
 
 bench_ratio() {
-	# For each data mode and iodepth, ROUNDS rounds of C then Rust; a
-	# driver that failed once is left out of every later run.
-	local mode qd r drv failed="" k=0 total res
+	# For each data mode and iodepth, ROUNDS rounds of both drivers: C
+	# first in odd rounds, Rust first in even ones, so that what a run
+	# leaves behind (the module just unloaded, deferred frees, udev's
+	# work) weighs on both drivers alike; a driver that failed once is
+	# left out of every later run.
+	local mode qd r drv order failed="" k=0 total res
 	local -A got
 	total=$(( $(echo "${MODES:-copy}" | wc -w) * $(echo "$IODEPTHS" | wc -w) * ROUNDS ))
 	RATIO_HZ=$(cpu_hz)
@@ -285,7 +288,9 @@ bench_ratio() {
 	for mode in ${MODES:-copy}; do
 	for qd in $IODEPTHS; do
 		for r in $(seq "$ROUNDS"); do
-			for drv in c rust; do
+			order="c rust"
+			[ $((r % 2)) -eq 0 ] && order="rust c"
+			for drv in $order; do
 				case " $failed " in
 				*" $drv "*)
 					got[$drv]="not run (failed earlier)"

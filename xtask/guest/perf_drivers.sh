@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # Where each ublk driver spends CPU time, in one boot: the C driver
-# (ublk_drv) and the Rust driver (rust_ublk) in turn, 3 rounds; kublk's
+# (ublk_drv) and the Rust driver (rust_ublk) in turn (C first in odd
+# rounds, Rust first in even ones), 3 rounds; kublk's
 # null target (1 queue, depth 128), fio 4k randread and randwrite at
 # iodepth 16 on CPU 1, `perf record -a -e cpu-clock` for 6 s of each run
 # (cpu-clock works under TCG). Prints the clocksource (compare only runs of
@@ -42,7 +43,11 @@ case $mode in
   *) echo "unknown data mode '$mode' (copy, user_copy, zero_copy, auto_zc, batch)"; exit 2 ;;
 esac
 for round in $(seq 1 "$ROUNDS"); do
-for mod in ublk_drv rust_ublk; do
+# C first in odd rounds, Rust first in even ones: what a run leaves
+# behind weighs on both drivers alike.
+order="ublk_drv rust_ublk"
+[ $((round % 2)) -eq 0 ] && order="rust_ublk ublk_drv"
+for mod in $order; do
   modprobe $mod || { echo "modprobe $mod failed"; exit 1; }
   for rw in randread randwrite; do
     $K add -t null -q 1 -d 128 "${opts[@]}" > /tmp/add.txt 2>&1 || { cat /tmp/add.txt; exit 1; }

@@ -1,7 +1,7 @@
 //! `bench rust-vs-c`: the Rust driver's IOPS and guest CPU time per I/O
 //! against the C driver's, fio 4k randread on kublk's null target in each
-//! data mode and at each iodepth of the plan, C and Rust alternating round
-//! by round in one boot. Prints (and writes into the job directory) the
+//! data mode and at each iodepth of the plan, C and Rust in turn in one
+//! boot, C first in odd rounds and Rust first in even ones. Prints (and writes into the job directory) the
 //! report of `ratio_report`.
 
 use anyhow::{bail, Context, Result};

@@ -258,7 +258,7 @@ pub fn over_cells(s: &Samples, plan: &Plan) -> String {
 pub fn markdown(s: &Samples, failures: &[Failure], plan: &Plan, machine: &str) -> String {
     let modes: Vec<&str> = plan.modes.iter().map(|m| m.id()).collect();
     let mut out = format!(
-        "Measured with `cargo xtask bench rust-vs-c` in one boot: {machine}; kublk null target, 1 queue, depth 128, data mode {}; fio 4k randread, io_uring, direct, {}s per run; C and Rust driver alternating, each loaded only for its run.\n",
+        "Measured with `cargo xtask bench rust-vs-c` in one boot: {machine}; kublk null target, 1 queue, depth 128, data mode {}; fio 4k randread, io_uring, direct, {}s per run; C and Rust driver in turn, C first in odd rounds and Rust first in even ones, each loaded only for its run.\n",
         modes.join(", "),
         plan.runtime
     );
