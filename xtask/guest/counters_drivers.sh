@@ -8,7 +8,7 @@
 # on CPU 1 (as perf_drivers.sh), counted over 6 s of each run, 2 s after
 # its start. Per I/O completed by the disk: busy CPU time (/proc/stat,
 # microseconds), context switches of the system (ctxt) and of the server's
-# and fio's threads (voluntary and involuntary, /proc/PID/task/*/status),
+# and fio's processes (voluntary and involuntary, /proc/PID/task/*/status),
 # interrupts (intr), softirqs (softirq, and BLOCK of /proc/softirqs), and
 # the IPIs of /proc/interrupts (RES rescheduling, CAL function call).
 #
@@ -31,7 +31,7 @@ echo "clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_cl
 snap() {
 	# snap <dev> <pids...>: prints "busy ctxt intr softirq block res cal
 	# ios task_vol task_invol" for this moment
-	local dev=$1 u n s irq sirq st busy ctxt intr soft block res cal rd wr vol=0 invol=0 p f
+	local dev=$1 u n s irq sirq st busy ctxt intr soft block res cal rd wr vol=0 invol=0 p v i
 	shift
 	read -r _ u n s _ _ irq sirq st _ < /proc/stat
 	busy=$((u + n + s + irq + sirq + st))
@@ -43,11 +43,13 @@ snap() {
 	cal=$(awk '$1 == "CAL:" {s = 0; for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++) s += $i; print s}' /proc/interrupts)
 	read -r rd _ _ _ wr _ < "/sys/block/$dev/stat"
 	for p in "$@"; do
-		for f in /proc/"$p"/task/*/status; do
-			[ -r "$f" ] || continue
-			vol=$((vol + $(awk '/^voluntary_ctxt_switches/ {print $2}' "$f")))
-			invol=$((invol + $(awk '/^nonvoluntary_ctxt_switches/ {print $2}' "$f")))
-		done
+		# Threads that exit meanwhile are left out.
+		read -r v i < <(cat /proc/"$p"/task/*/status 2>/dev/null | awk '
+			/^voluntary_ctxt_switches/ {v += $2}
+			/^nonvoluntary_ctxt_switches/ {i += $2}
+			END {print v + 0, i + 0}')
+		vol=$((vol + ${v:-0}))
+		invol=$((invol + ${i:-0}))
 	done
 	echo "$busy $ctxt $intr $soft $block ${res:-0} ${cal:-0} $((rd + wr)) $vol $invol"
 }
@@ -68,14 +70,17 @@ for mod in $order; do
 	modprobe $mod || { echo "modprobe $mod failed"; exit 1; }
 	$K add -t null -q 1 -d 128 "${opts[@]}" > /tmp/add.txt 2>&1 || { cat /tmp/add.txt; exit 1; }
 	dev=$(basename "$(ls /dev/ublkb* | head -1)")
-	server=$(pgrep -f "kublk add" | head -1)
 	fio --name=c --filename=/dev/$dev --ioengine=io_uring --direct=1 --bs=4k --rw=$RW --iodepth=16 \
 	    --numjobs=1 --cpus_allowed=1 --time_based --runtime=10 --output-format=terse --terse-version=3 > /tmp/fio.txt 2>&1 &
 	fpid=$!
 	sleep 2
-	a=$(snap "$dev" "$server" "$fpid")
+	# The server's processes and fio's (its jobs are processes of their own).
+	pids=$(pgrep -x kublk; pgrep -x fio)
+	# shellcheck disable=SC2086 # one word per process
+	a=$(snap "$dev" $pids)
 	sleep 6
-	b=$(snap "$dev" "$server" "$fpid")
+	# shellcheck disable=SC2086
+	b=$(snap "$dev" $pids)
 	wait $fpid
 	hz=$(getconf CLK_TCK 2>/dev/null || echo 100)
 	read -r -a A <<< "$a"

@@ -195,6 +195,12 @@ impl DeviceState {
         }
     }
 
+    /// Returns whether the device is released: its server is gone and its removed `/dev/ublkcN`
+    /// is freed, so that its number can go to another device.
+    fn is_released(&self) -> bool {
+        self.char_dev_released && matches!(self.server, Server::Detached)
+    }
+
     /// Returns how many io slots the server fetched.
     pub(crate) fn nr_fetched(&self) -> u32 {
         match self.server {
@@ -677,7 +683,7 @@ impl UblkDevice {
         }
         // The address space is put after the device lock is dropped.
         let mm = this.server_mm.lock().take();
-        {
+        let released = {
             // One hold: whoever sees the device quiesced sees the server gone, and may start the
             // recovery at once.
             let mut state = this.state.lock();
@@ -692,9 +698,15 @@ impl UblkDevice {
                 u.clear_server();
             }
             *this.canceled.lock() = false;
-        }
+            state.is_released()
+        };
         drop(mm);
         this.ready.notify_all();
+        // The server of a deleted device went after its removed `/dev/ublkcN` was released:
+        // possibly in a work item that waited for lent requests.
+        if released {
+            this.unregister_buffers();
+        }
     }
 
     /// The server of a device with user recovery went away: a started device keeps its disk and
@@ -731,8 +743,7 @@ impl UblkDevice {
     /// Returns whether the device is released: its server is gone and its removed `/dev/ublkcN`
     /// is freed, so that its number can go to another device.
     pub(crate) fn is_released(&self) -> bool {
-        let state = self.state.lock();
-        state.char_dev_released && matches!(state.server, Server::Detached)
+        self.state.lock().is_released()
     }
 
     /// Waits until the device is released (see [`UblkDevice::is_released`]), once its
@@ -740,7 +751,7 @@ impl UblkDevice {
     /// (the module's removal, when no file of the device is open any more).
     pub(crate) fn wait_released(&self, interruptible: bool) -> Result {
         let mut state = self.state.lock();
-        while !state.char_dev_released || matches!(state.server, Server::Attached { .. }) {
+        while !state.is_released() {
             if !interruptible {
                 self.ready.wait(&mut state);
             } else if self.ready.wait_interruptible(&mut state) {
@@ -752,8 +763,26 @@ impl UblkDevice {
 
     /// Records that the removed `/dev/ublkcN` of the device was released.
     pub(crate) fn record_char_dev_release(&self) {
-        self.state.lock().char_dev_released = true;
+        let released = {
+            let mut state = self.state.lock();
+            state.char_dev_released = true;
+            state.is_released()
+        };
         self.ready.notify_all();
+        if released {
+            self.unregister_buffers();
+        }
+    }
+
+    /// Unregisters the buffers of `UBLK_U_CMD_REG_BUF` of a device that was just released (see
+    /// [`UblkDevice::is_released`]) and unpins their pages: nothing uses them any more, since the
+    /// device has no disk, and its server is gone. Its number, and the rest of its memory, go
+    /// once a command looks the number up, or the module is removed ([`crate::control`]); the
+    /// pinned pages, possibly most of a dead server's memory, do not wait for that.
+    fn unregister_buffers(&self) {
+        if let Some(table) = &self.queues.shmem {
+            shmem::unregister_all(self, table);
+        }
     }
 
     /// Returns the device numbers of the disk, `0:0` if the device is not started.

@@ -187,6 +187,28 @@ impl Buffers {
     }
 }
 
+/// Unregisters every buffer of `dev`, whose table is `table`, and unpins their pages, once the
+/// device has no disk any more (a released device): no request is matched against the table.
+pub(crate) fn unregister_all(dev: &UblkDevice, table: &Table) {
+    let removed = {
+        let mut bufs = dev.shmem.lock();
+        // The count changes with the queue frozen, or without a disk (`Table`).
+        if kernel::warn_on!(dev.state.lock().disk().is_some()) {
+            return;
+        }
+        for buffer in bufs.bufs.iter().flatten() {
+            for first in buffer.ranges.iter() {
+                table.tree.erase(*first);
+            }
+        }
+        table.nr_bufs.store(0, Relaxed);
+        // INVARIANT: The table is empty, its count zero, and so are the buffers.
+        core::mem::replace(&mut bufs.bufs, KVVec::new())
+    };
+    // Their pages are unpinned once the lock is released.
+    drop(removed);
+}
+
 /// Inserts into `table` the runs of physically consecutive pages of `pages`, the buffer `index`,
 /// and records the first page frame of each in `ranges`.
 fn insert_ranges(
