@@ -46,7 +46,7 @@ const ALONE: &[(&str, &str)] = &[
     ),
     (
         "test_badinput_01.sh",
-        "expects exact errnos, some of which depend on global counts",
+        "expects exact errnos, some of which depend on global counts, and counts the pages pinned in the whole system",
     ),
 ];
 

@@ -197,7 +197,7 @@ impl DeviceState {
 
     /// Returns whether the device is released: its server is gone and its removed `/dev/ublkcN`
     /// is freed, so that its number can go to another device.
-    fn is_released(&self) -> bool {
+    pub(crate) fn is_released(&self) -> bool {
         self.char_dev_released && matches!(self.server, Server::Detached)
     }
 
@@ -229,9 +229,10 @@ pub(crate) struct UblkDevice {
     /// The buffers that the server registered with `UBLK_U_CMD_REG_BUF` ([`shmem`]). Held by the
     /// commands that change them, around the freeze of the disk's queue, and by
     /// [`UblkDevice::stop`] while it deletes the disk, so that these commands always find the disk
-    /// to freeze while it has requests in flight. Declared after `state`: when the device is freed,
-    /// a disk still in `state` is deleted, its requests drained, before the buffers' pages are
-    /// unpinned.
+    /// to freeze while it has requests in flight, and by the release of the device, which
+    /// unregisters them all ([`shmem::unregister_all`]). Declared after `state`: when the device
+    /// is freed, a disk still in `state` is deleted, its requests drained, before the buffers'
+    /// pages are unpinned.
     #[pin]
     pub(crate) shmem: Mutex<shmem::Buffers>,
     /// Whether io_uring cancelled a command of the server, or `UBLK_U_CMD_QUIESCE_DEV` quiesced it:
@@ -701,12 +702,13 @@ impl UblkDevice {
             state.is_released()
         };
         drop(mm);
-        this.ready.notify_all();
         // The server of a deleted device went after its removed `/dev/ublkcN` was released:
-        // possibly in a work item that waited for lent requests.
+        // only in the work item that waited for lent requests, since the file being released
+        // holds the char device until its release returns. Before the wake-up, as above.
         if released {
             this.unregister_buffers();
         }
+        this.ready.notify_all();
     }
 
     /// The server of a device with user recovery went away: a started device keeps its disk and
@@ -768,10 +770,11 @@ impl UblkDevice {
             state.char_dev_released = true;
             state.is_released()
         };
-        self.ready.notify_all();
+        // Before the wake-up: `UBLK_U_CMD_DEL_DEV` returns once the pages are unpinned.
         if released {
             self.unregister_buffers();
         }
+        self.ready.notify_all();
     }
 
     /// Unregisters the buffers of `UBLK_U_CMD_REG_BUF` of a device that was just released (see

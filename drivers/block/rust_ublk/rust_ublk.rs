@@ -51,7 +51,8 @@
 //!    fault) and adds `/dev/ublkcN`; `UBLK_U_CMD_DEL_DEV` removes it under it. Lookups take the
 //!    device lock under it, to free the number of a deleted device whose server has gone, and so
 //!    may the release of a removed `/dev/ublkcN` ([`chardev::CharDevData`]), which records itself
-//!    under the device lock.
+//!    under the device lock, and then, if that released the device, unregisters its
+//!    shared-memory buffers under the buffers' lock (4) and unpins their pages.
 //!    - `Control::parent` (mutex): the device of `/dev/ublk-control`, taken under the table lock
 //!      by `UBLK_U_CMD_ADD_DEV`, or alone by `open` of `/dev/ublk-control`; innermost.
 //! 3. No lock of the driver core is held around `open` of `/dev/ublkcN`, which may come after the
@@ -60,7 +61,8 @@
 //!    `UBLK_U_CMD_REG_BUF` and `UBLK_U_CMD_UNREG_BUF` freeze the disk's queue under it, which
 //!    waits for the requests in flight (ending them takes none of these locks; requests put
 //!    aside for a new server are failed by a stop before it takes this lock);
-//!    `UBLK_U_CMD_STOP_DEV` (and whatever stops the device) deletes the disk under it.
+//!    `UBLK_U_CMD_STOP_DEV` (and whatever stops the device) deletes the disk under it. A device
+//!    that is released unregisters its buffers under it, without a disk to freeze.
 //! 5. `UblkDevice::state` (mutex): lifecycle, server, parameters. Taken by control commands,
 //!    `open`/`release` of `/dev/ublkcN` and `UBLK_U_IO_FETCH_REQ`. `UBLK_U_CMD_START_DEV` adds the
 //!    disk under it, and so waits under it for the server to report the zones of a zoned disk:

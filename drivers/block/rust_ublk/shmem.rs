@@ -15,7 +15,8 @@
 //! returns, no request in flight names the buffer: the commands hold [`UblkDevice::shmem`], which
 //! stopping the device also holds while it deletes the disk, so a disk with requests in flight
 //! is always there to freeze. The pages stay pinned until the buffer is unregistered or the
-//! device is freed: requests may name them until then.
+//! device is released ([`unregister_all`]): requests may name them until then, and no command
+//! registers a buffer after that.
 //!
 //! Unlike ublk_drv, which walks the tree without a lock from the server's task work, the
 //! lookup runs in `queue_rq`, under the tree's lock, and only while a buffer is registered.
@@ -255,7 +256,8 @@ fn insert_ranges(
 /// of the data in the buffer in the lower ones. The data must lie in one buffer, whole and in
 /// order, and the buffer must be writable for a read.
 pub(crate) fn find(table: &Table, rq: &Rq) -> Option<u64> {
-    // Changed only with the queue frozen, which orders it with the requests that it lets in.
+    // Changed only with the queue frozen, which orders it with the requests that it lets in, or
+    // without a disk.
     if table.nr_bufs.load(Relaxed) == 0 {
         return None;
     }
@@ -359,9 +361,20 @@ pub(crate) fn reg_buf(dev: &UblkDevice, header: &CtrlCmd) -> Result<u32> {
 
     let (result, unused) = {
         let mut bufs = dev.shmem.lock();
-        let disk = dev.state.lock().disk().cloned();
+        let (disk, released) = {
+            let state = dev.state.lock();
+            (state.disk().cloned(), state.is_released())
+        };
         let _frozen = disk.as_ref().map(|disk| disk.freeze_queue());
-        match bufs.free_index() {
+        // A command that looked the device up before it was released registers nothing: the
+        // buffers of a released device were unregistered, and nothing would unpin these pages
+        // until the device is freed.
+        let index = if released {
+            Err(ENODEV)
+        } else {
+            bufs.free_index()
+        };
+        match index {
             Err(e) => (Err(e), Some(pages)),
             Ok(index) => match bufs.insert(table, pages, index, read_only) {
                 // CAST: `index` is at most `MAX_INDEX`.

@@ -474,87 +474,57 @@ fn reg_buf_on_live_device_then_read(env: &mut Env) -> Result<Got> {
     })
 }
 
-/// HugePages_Free of /proc/meminfo.
-fn hugepages_free() -> Result<u64> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").context("setup: read /proc/meminfo")?;
-    meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("HugePages_Free:"))
-        .and_then(|v| v.trim().parse().ok())
-        .context("setup: no HugePages_Free in /proc/meminfo")
-}
-
-/// Sets the number of huge pages of the default size to `n`.
-fn set_nr_hugepages(n: u64) -> Result<()> {
-    std::fs::write("/proc/sys/vm/nr_hugepages", format!("{n}\n"))
-        .context("setup: write /proc/sys/vm/nr_hugepages")
+/// Pages pinned in the whole system: nr_foll_pin_acquired less
+/// nr_foll_pin_released of /proc/vmstat.
+fn pinned_pages() -> Result<i64> {
+    let vmstat = std::fs::read_to_string("/proc/vmstat").context("setup: read /proc/vmstat")?;
+    let get = |key: &str| -> Result<i64> {
+        vmstat
+            .lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+            .with_context(|| format!("setup: no {key} in /proc/vmstat"))
+    };
+    Ok(get("nr_foll_pin_acquired")? - get("nr_foll_pin_released")?)
 }
 
 /// A buffer registered on a device deleted with DEL_DEV_ASYNC is unpinned
 /// once the server closed /dev/ublkcN (C: the char device's release),
-/// without any later command naming the device. The buffer is one huge
-/// page: HugePages_Free tells exactly whether its page was freed after
-/// it was unmapped.
+/// without any later command naming the device: the system's count of
+/// pinned pages (/proc/vmstat) goes back to what it was before the
+/// registration. Nothing else pins pages meanwhile: the cases run one at
+/// a time, and no other test runs beside them.
 fn del_async_unpins_buffer(env: &mut Env) -> Result<Got> {
-    let old = std::fs::read_to_string("/proc/sys/vm/nr_hugepages")
-        .context("setup: read /proc/sys/vm/nr_hugepages")?;
-    let old: u64 = old.trim().parse().context("setup: nr_hugepages")?;
-    set_nr_hugepages(old + 1)?;
-    let got = unpinned_after_del_async(env);
-    // The page of a buffer left pinned stays in use: the count cannot go
-    // below it, and a later case or test gets its pages back once the
-    // device goes.
-    let _ = set_nr_hugepages(old);
-    got
-}
-
-fn unpinned_after_del_async(env: &mut Env) -> Result<Got> {
-    let free = hugepages_free()?;
-    if free == 0 {
-        bail!("setup: no free huge page after raising nr_hugepages");
-    }
     let dev = shmem_dev(env)?;
-    let size = std::fs::read_to_string("/proc/meminfo")?
-        .lines()
-        .find_map(|l| l.strip_prefix("Hugepagesize:"))
-        .and_then(|v| v.trim().strip_suffix("kB"))
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .context("setup: no Hugepagesize in /proc/meminfo")?
-        * 1024;
-    let m = chardev::mmap(
-        -1,
-        size,
-        libc::PROT_READ | libc::PROT_WRITE,
-        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB,
-        0,
-    )
-    .map_err(|e| anyhow::anyhow!("setup: mmap of a huge page: {}", show(Got::Res(e))))?;
-    // SAFETY: the mapping is `size` bytes, writable, and ours alone.
-    unsafe { std::ptr::write_bytes(m.addr().cast::<u8>(), 0, size) };
-    let r = UblkShmemBufReg {
-        addr: m.addr() as u64,
-        len: size as u64,
-        ..Default::default()
-    };
-    reg_setup(env, &dev, r, 0)?;
+    let m = anon(PAGES, libc::PROT_READ | libc::PROT_WRITE)?;
+    let before = pinned_pages()?;
+    reg_setup(env, &dev, buf(&m, PAGES), 0)?;
+    let registered = pinned_pages()?;
+    if registered - before < PAGES as i64 {
+        bail!(
+            "setup: REG_BUF of {PAGES} pages moved the pinned pages of /proc/vmstat from {before} \
+             to {registered} only"
+        );
+    }
     let server = chardev::open_setup(dev.id)?;
     match env.ctrl.cmd(UBLK_U_CMD_DEL_DEV_ASYNC, &hdr(dev.id))? {
         0 => {}
         r => bail!("setup: DEL_DEV_ASYNC got {}", show(Got::Res(r))),
     }
     drop(server);
-    drop(m);
-    // The release may finish in a work item: a few seconds at most.
+    // The release runs when the file's last reference goes, after close:
+    // allow it a few seconds.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let now = hugepages_free()?;
-        if now >= free {
+        let now = pinned_pages()?;
+        if now <= before {
             return Ok(OK);
         }
         if Instant::now() > deadline {
             println!(
-                "# HugePages_Free is {now}, not {free}: the deleted device still pins the page \
-                 of its buffer"
+                "# {} pages still pinned ({now}, {before} before REG_BUF): the deleted device \
+                 keeps its buffer pinned",
+                now - before
             );
             return Ok(err(libc::EBUSY));
         }
