@@ -475,8 +475,11 @@ fn reg_buf_on_live_device_then_read(env: &mut Env) -> Result<Got> {
 }
 
 /// Pages pinned in the whole system: nr_foll_pin_acquired less
-/// nr_foll_pin_released of /proc/vmstat.
+/// nr_foll_pin_released of /proc/vmstat, after the per-CPU differences
+/// were folded into them (vm.stat_refresh).
 fn pinned_pages() -> Result<i64> {
+    std::fs::write("/proc/sys/vm/stat_refresh", "1\n")
+        .context("setup: write /proc/sys/vm/stat_refresh")?;
     let vmstat = std::fs::read_to_string("/proc/vmstat").context("setup: read /proc/vmstat")?;
     let get = |key: &str| -> Result<i64> {
         vmstat
