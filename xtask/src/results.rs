@@ -87,6 +87,13 @@ const REPORTS: &[Report] = &[
         what: "`cargo xtask bench rust-vs-c --modes ... --rounds 5`,\n  \
                per data mode again on Rust series patches 1-106, 5 rounds of 10 s",
     },
+    Report {
+        dir: "xtask/results/rust-vs-c-107",
+        link: "modes.md",
+        what: "`cargo xtask bench rust-vs-c --modes ... --rounds 4`,\n  \
+               per data mode on Rust series patches 1-107, the two drivers' order\n  \
+               alternating round by round",
+    },
 ];
 
 #[derive(clap::Args, Debug)]
