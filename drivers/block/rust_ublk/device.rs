@@ -423,8 +423,6 @@ impl UblkDevice {
     /// Requests in flight when the disk goes away are still served; later server commands
     /// complete with `UBLK_IO_RES_ABORT`.
     pub(crate) fn stop(this: &Arc<Self>) {
-        // No registered buffer changes while the disk goes away: those changes freeze the queue
-        // of the disk whose requests may name the buffers, which is only dropped below.
         // Requests that wait for a new server (user recovery) would hold up the deletion of the
         // disk, and a freeze of its queue by `UBLK_U_CMD_REG_BUF` under `shmem`: they fail now,
         // and so do later ones (`ublk_force_abort_dev()`), before this waits for anything. This
@@ -783,9 +781,7 @@ impl UblkDevice {
     /// once a command looks the number up, or the module is removed ([`crate::control`]); the
     /// pinned pages, possibly most of a dead server's memory, do not wait for that.
     fn unregister_buffers(&self) {
-        if let Some(table) = &self.queues.shmem {
-            shmem::unregister_all(self, table);
-        }
+        shmem::unregister_all(self);
     }
 
     /// Returns the device numbers of the disk, `0:0` if the device is not started.

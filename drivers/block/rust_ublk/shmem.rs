@@ -168,6 +168,20 @@ impl Buffers {
         Ok(index)
     }
 
+    /// Unregisters every buffer: their ranges leave `table`. Returns them, for the caller to unpin
+    /// their pages once it released the lock.
+    fn remove_all(&mut self, table: &Table) -> KVVec<Option<Buffer>> {
+        for buffer in self.bufs.iter().flatten() {
+            for first in buffer.ranges.iter() {
+                table.tree.erase(*first);
+            }
+        }
+        table.nr_bufs.store(0, Relaxed);
+        // INVARIANT: Every buffer's ranges left the table with it (it held no others), the count
+        // went to zero, and no buffer is left.
+        core::mem::take(&mut self.bufs)
+    }
+
     /// Unregisters the buffer `index`: its ranges leave `table`. Returns it, for the caller to
     /// unpin its pages once it released the queue and the lock.
     fn remove(&mut self, table: &Table, index: usize) -> Result<Buffer> {
@@ -188,23 +202,19 @@ impl Buffers {
     }
 }
 
-/// Unregisters every buffer of `dev`, whose table is `table`, and unpins their pages, once the
-/// device has no disk any more (a released device): no request is matched against the table.
-pub(crate) fn unregister_all(dev: &UblkDevice, table: &Table) {
+/// Unregisters every buffer of `dev` and unpins their pages, once the device has no disk any more
+/// (a released device): no request is matched against its table.
+pub(crate) fn unregister_all(dev: &UblkDevice) {
+    let Some(table) = &dev.queues.shmem else {
+        return;
+    };
     let removed = {
         let mut bufs = dev.shmem.lock();
         // The count changes with the queue frozen, or without a disk (`Table`).
         if kernel::warn_on!(dev.state.lock().disk().is_some()) {
             return;
         }
-        for buffer in bufs.bufs.iter().flatten() {
-            for first in buffer.ranges.iter() {
-                table.tree.erase(*first);
-            }
-        }
-        table.nr_bufs.store(0, Relaxed);
-        // INVARIANT: The table is empty, its count zero, and so are the buffers.
-        core::mem::replace(&mut bufs.bufs, KVVec::new())
+        bufs.remove_all(table)
     };
     // Their pages are unpinned once the lock is released.
     drop(removed);
