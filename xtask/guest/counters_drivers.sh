@@ -24,6 +24,8 @@
 #   cargo xtask vm --driver none -- env MODES="copy zero_copy" \
 #     bash "$PWD"/xtask/guest/counters_drivers.sh
 K=$SELFTESTS/kublk
+# shellcheck source=xtask/guest/drivers_common.sh
+. "$(dirname "$0")"/drivers_common.sh
 ROUNDS=${ROUNDS:-3}
 RW=${RW:-randread}
 echo "clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
@@ -55,20 +57,11 @@ snap() {
 }
 
 for mode in ${MODES:-copy}; do
-case $mode in
-  copy) opts=() ;;
-  user_copy) opts=(-u) ;;
-  zero_copy) opts=(-z) ;;
-  auto_zc) opts=(--auto_zc) ;;
-  batch) opts=(-b) ;;
-  *) echo "unknown data mode '$mode' (copy, user_copy, zero_copy, auto_zc, batch)"; exit 2 ;;
-esac
+mode_opts "$mode"
 for round in $(seq 1 "$ROUNDS"); do
-order="ublk_drv rust_ublk"
-[ $((round % 2)) -eq 0 ] && order="rust_ublk ublk_drv"
-for mod in $order; do
+for mod in $(driver_order "$round"); do
 	modprobe $mod || { echo "modprobe $mod failed"; exit 1; }
-	$K add -t null -q 1 -d 128 "${opts[@]}" > /tmp/add.txt 2>&1 || { cat /tmp/add.txt; exit 1; }
+	$K add -t null -q 1 -d 128 "${OPTS[@]}" > /tmp/add.txt 2>&1 || { cat /tmp/add.txt; exit 1; }
 	dev=$(basename "$(ls /dev/ublkb* | head -1)")
 	fio --name=c --filename=/dev/$dev --ioengine=io_uring --direct=1 --bs=4k --rw=$RW --iodepth=16 \
 	    --numjobs=1 --cpus_allowed=1 --time_based --runtime=10 --output-format=terse --terse-version=3 > /tmp/fio.txt 2>&1 &
