@@ -2,10 +2,12 @@
 
 #include <linux/io_uring/cmd.h>
 
-__rust_helper void *rust_helper_io_uring_cmd_ctx_handle(struct io_uring_cmd *cmd)
-{
-	return io_uring_cmd_ctx_handle(cmd);
-}
+/*
+ * kernel::io_uring reads a command's ring as io_uring_cmd_ctx_handle() does,
+ * cmd_to_io_kiocb(cmd)->ctx, with a cast: the command is the start of its
+ * struct io_kiocb.
+ */
+static_assert(offsetof(struct io_kiocb, cmd) == 0);
 
 __rust_helper void rust_helper_io_uring_cmd_complete_in_task(struct io_uring_cmd *cmd,
 							     io_req_tw_func_t task_work_cb)

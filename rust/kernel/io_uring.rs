@@ -197,6 +197,25 @@ const F_CQE32: u32 = issue_flag(bindings::io_uring_cmd_flags_IO_URING_F_CQE32);
 const F_CANCEL: u32 = issue_flag(bindings::io_uring_cmd_flags_IO_URING_F_CANCEL);
 const F_COMPAT: u32 = issue_flag(bindings::io_uring_cmd_flags_IO_URING_F_COMPAT);
 
+/// Returns the context handle of the ring of `cmd` (`io_uring_cmd_ctx_handle()`).
+///
+/// That is the `ctx` of the `struct io_kiocb` that the command is the start of:
+/// `cmd_to_io_kiocb()` is a cast, which `rust/helpers/io_uring.c` checks at build time. It is read
+/// here rather than through a call to a C helper, on the path of every command.
+///
+/// # Safety
+///
+/// `cmd` must point to a command that io_uring issued and that is not completed.
+#[inline]
+unsafe fn ctx_handle(cmd: *mut bindings::io_uring_cmd) -> *mut c_void {
+    // SAFETY: By the safety requirements, `cmd` is a command in flight, which io_uring allocates
+    // as the start of its `struct io_kiocb`. Only the `ctx` field is read, through the raw pointer
+    // and without a reference to the `io_kiocb`, whose other fields io_uring writes meanwhile:
+    // `ctx` is set when the request is initialized, before the command reaches a driver, and not
+    // changed while it is in flight.
+    unsafe { (*cmd.cast::<bindings::io_kiocb>()).ctx.cast() }
+}
+
 /// Converts the result of a command to the value of its completion queue entry.
 fn cqe_res(ret: Result<i32>) -> i32 {
     match ret {
@@ -222,13 +241,13 @@ fn cqe_res(ret: Result<i32>) -> i32 {
 /// - `bits` are the issue flags that io_uring passed to a callback that is running on this thread
 ///   for the whole lifetime `'a`, or `IO_URING_CMD_TASK_WORK_ISSUE_FLAGS` if that callback is an
 ///   io_uring task work callback.
-/// - `cmd` is the command that the callback was made for; it is only compared, never
-///   dereferenced.
-/// - `ctx` is the context handle (`io_uring_cmd_ctx_handle()`) of that command.
+/// - `ctx` is the context handle (`io_uring_cmd_ctx_handle()`) of the command that the callback
+///   was made for, recorded when the flags are created: the callback's own command may be
+///   completed, flushed to io_uring's request cache and reused before the callback returns
+///   (`io_req_post_cqe()` flushes completions), so it is not read again.
 #[derive(Clone, Copy)]
 pub struct IssueFlags<'a> {
     bits: u32,
-    cmd: *mut bindings::io_uring_cmd,
     ctx: *mut c_void,
     tw_canceled: bool,
     _p: PhantomData<(&'a (), NotThreadSafe)>,
@@ -247,9 +266,8 @@ impl<'a> IssueFlags<'a> {
         // lasts at least `'a`, and `cmd` is the command it was made for.
         Self {
             bits,
-            cmd,
             // SAFETY: By the safety requirements, `cmd` is a valid command.
-            ctx: unsafe { bindings::io_uring_cmd_ctx_handle(cmd) },
+            ctx: unsafe { ctx_handle(cmd) },
             tw_canceled: false,
             _p: PhantomData,
         }
@@ -268,9 +286,8 @@ impl<'a> IssueFlags<'a> {
         // flushed by io_uring, which is what `IO_URING_CMD_TASK_WORK_ISSUE_FLAGS` describes.
         Self {
             bits: bindings::IO_URING_CMD_TASK_WORK_ISSUE_FLAGS,
-            cmd,
             // SAFETY: By the safety requirements, `cmd` is a valid command.
-            ctx: unsafe { bindings::io_uring_cmd_ctx_handle(cmd) },
+            ctx: unsafe { ctx_handle(cmd) },
             tw_canceled,
             _p: PhantomData,
         }
@@ -331,12 +348,13 @@ impl<'a> IssueFlags<'a> {
     /// `cmd` must point to a valid command.
     #[inline]
     unsafe fn bits_for(self, cmd: *mut bindings::io_uring_cmd) -> u32 {
-        // The callback's own command is of the callback's ring; unlocked flags fit any ring.
-        if cmd == self.cmd || self.is_unlocked() {
+        // Unlocked flags fit any ring. The rings are compared even for what looks like the
+        // callback's own command: its address may be that of another ring's command by now.
+        if self.is_unlocked() {
             return self.bits;
         }
         // SAFETY: By the safety requirements, `cmd` is valid.
-        let ctx = unsafe { bindings::io_uring_cmd_ctx_handle(cmd) };
+        let ctx = unsafe { ctx_handle(cmd) };
         if crate::warn_on!(ctx != self.ctx) {
             F_UNLOCKED
         } else {
@@ -632,7 +650,7 @@ impl<'a, F: CmdFile> IoUringCmd<'a, F> {
     #[inline]
     pub fn ring(&self) -> RingId {
         // SAFETY: By the type invariants, `ptr` is valid.
-        RingId(unsafe { bindings::io_uring_cmd_ctx_handle(self.as_raw()) }.addr())
+        RingId(unsafe { ctx_handle(self.as_raw()) }.addr())
     }
 
     /// Registers the data of the block request `rq` as the fixed buffer `index` of the command's
@@ -867,8 +885,8 @@ pub struct QueuedIoUringCmd {
 // flags they are given, and `complete_in_task` may be called from any context.
 unsafe impl Send for QueuedIoUringCmd {}
 
-// SAFETY: The `&self` methods only read the command operation code and the pdu, which are not
-// modified while the command is queued.
+// SAFETY: The `&self` methods only read the command operation code, the pdu and the ring (`ctx` of
+// its `io_kiocb`), which are not modified while the command is queued.
 unsafe impl Sync for QueuedIoUringCmd {}
 
 impl QueuedIoUringCmd {
@@ -910,12 +928,7 @@ impl QueuedIoUringCmd {
     #[inline]
     pub fn same_ring(&self, other: &QueuedIoUringCmd) -> bool {
         // SAFETY: By the type invariants, both commands are valid.
-        let (this, that) = unsafe {
-            (
-                bindings::io_uring_cmd_ctx_handle(self.as_raw()),
-                bindings::io_uring_cmd_ctx_handle(other.as_raw()),
-            )
-        };
+        let (this, that) = unsafe { (ctx_handle(self.as_raw()), ctx_handle(other.as_raw())) };
         this == that
     }
 
@@ -923,7 +936,7 @@ impl QueuedIoUringCmd {
     #[inline]
     pub fn ring(&self) -> RingId {
         // SAFETY: By the type invariants, `ptr` is valid.
-        RingId(unsafe { bindings::io_uring_cmd_ctx_handle(self.as_raw()) }.addr())
+        RingId(unsafe { ctx_handle(self.as_raw()) }.addr())
     }
 
     /// Registers the data of the block request `rq` as the fixed buffer `index` of the command's
@@ -992,6 +1005,16 @@ impl QueuedIoUringCmd {
     ///
     /// `callback` must not capture anything, which is checked at build time: data it needs is
     /// found through the command, for example in its pdu.
+    ///
+    /// Everything that happens before this call, including what the caller saw other threads
+    /// write, happens before the accesses that `callback` makes to memory it reaches by following
+    /// the command (pointers and indices read from it or from its pdu): io_uring queues the task
+    /// work with a fully ordered exchange, and the task work runner finds the command by reading
+    /// the link that the exchange published, so the callback's accesses through the command are
+    /// address-dependent on that read, as those of an `rcu_dereference()` reader are. io_uring
+    /// relies on the same ordering for the callback that it stores in the request. A callback
+    /// that only decides on a value read through the command, and then accesses other memory, is
+    /// not ordered by this.
     pub fn complete_in_task<F>(self, callback: F)
     where
         F: FnOnce(QueuedIoUringCmd, IssueFlags<'_>) + Send + 'static,
@@ -1024,6 +1047,9 @@ impl QueuedIoUringCmd {
     /// command belongs to, for example an [`Arc`] of its queue.
     ///
     /// `callback` must not capture anything, which is checked at build time.
+    ///
+    /// The ordering is that of [`QueuedIoUringCmd::complete_in_task`], for what `callback`
+    /// reaches by following the command and `data`.
     ///
     /// `data` must not borrow anything (`'static`): the task work may run long after the caller
     /// returned. This does not build (kernel doctests cannot expect a build failure, hence

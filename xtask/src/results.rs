@@ -94,6 +94,20 @@ const REPORTS: &[Report] = &[
                per data mode on Rust series patches 1-107, the two drivers' order\n  \
                alternating round by round",
     },
+    Report {
+        dir: "xtask/results/rust-vs-c-107-inline-helpers",
+        link: "modes.md",
+        what: "`cargo xtask bench rust-vs-c --config inline-helpers --modes ...\n  \
+               --rounds 3`, the same driver with CONFIG_RUST_INLINE_HELPERS (rustc\n  \
+               1.86.0): the share of the gap that is helper calls",
+    },
+    Report {
+        dir: "xtask/results/rust-vs-c-112",
+        link: "modes.md",
+        what: "`cargo xtask bench rust-vs-c --modes ... --rounds 4` on Rust series\n  \
+               patches 1-112 (a dispatched slot handed over to the task work, fewer\n  \
+               helper calls)",
+    },
 ];
 
 #[derive(clap::Args, Debug)]

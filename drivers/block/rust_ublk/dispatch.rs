@@ -15,7 +15,7 @@
 use crate::{
     io::{copy_write, pdu_tag, Copy, Served, RES_ABORT},
     queue::{DiskOps, Queue, QueueState, Rq},
-    slot::{describe, refuse, Held, Phase, Slot},
+    slot::{describe, refuse, Handed, Held, Phase},
     uapi, zerocopy, zoned,
 };
 use kernel::{
@@ -29,17 +29,18 @@ use kernel::{
 
 /// Requests handed to the same server thread, on the same ring, that reach it in one task work.
 ///
-/// The io slots of a batch are dispatched, each naming the next; the first one's fetch command is
-/// kept here until the batch is submitted, and its task work delivers them all.
-#[must_use = "the first io slot of a batch waits until the batch is submitted"]
+/// The io slots of a batch are dispatched, each naming the next, and handed over to the task work
+/// of the batch ([`Held::hand_over`]); the first one's fetch command is kept here until the batch
+/// is submitted, and its task work delivers them all.
+#[must_use = "the io slots of a batch wait until the batch is submitted"]
 pub(crate) struct Batch<'a> {
     queue: &'a Arc<Queue>,
     /// The fetch command of the first io slot.
     head: QueuedIoUringCmd,
     /// The server thread that fetched the io slots; only compared, never dereferenced.
     task: *const Task,
-    /// The tag of the last io slot.
-    tail: u16,
+    /// The last io slot, which the next one joining the batch is chained to.
+    tail: Handed<'a>,
 }
 
 impl Batch<'_> {
@@ -51,7 +52,13 @@ impl Batch<'_> {
 
     /// Hands the batch to the server's task.
     pub(crate) fn submit(self) {
-        self.head.complete_in_task_with(self.queue.clone(), deliver);
+        let Batch {
+            queue, head, tail, ..
+        } = self;
+        // The task work takes over the holds of the batch's slots: this context reaches none of
+        // them any more.
+        drop(tail);
+        head.complete_in_task_with(queue.clone(), deliver);
     }
 }
 
@@ -100,19 +107,10 @@ pub(crate) fn dispatch<'a>(queue: &'a Arc<Queue>, rq: ARef<Rq>, batch: &mut Opti
         _ => false,
     };
     if joins {
-        drop(io);
         if let Some(b) = batch {
-            // The batch's task work is not queued yet: nothing else holds its last slot.
-            match queue
-                .slot(b.tail.into())
-                .and_then(|s| s.hold(Phase::Dispatched))
-            {
-                Some(mut tail) => tail.link(tag),
-                None => {
-                    warn_on!(true);
-                }
-            }
-            b.tail = tag;
+            b.tail.link(tag);
+            // The slot before stays handed over to the batch's task work, as this one now.
+            b.tail = io.hand_over();
         }
         return;
     }
@@ -121,12 +119,11 @@ pub(crate) fn dispatch<'a>(queue: &'a Arc<Queue>, rq: ARef<Rq>, batch: &mut Opti
         warn_on!(true);
         return;
     };
-    drop(io);
     let full = batch.replace(Batch {
         queue,
         head,
         task,
-        tail: tag,
+        tail: io.hand_over(),
     });
     if let Some(full) = full {
         full.submit();
@@ -141,7 +138,16 @@ fn deliver(head: QueuedIoUringCmd, queue: Arc<Queue>, issue_flags: IssueFlags<'_
     let mut tag = pdu_tag(head.read_pdu());
     let mut head = Some(head);
     while let Some(slot) = queue.slot(tag) {
-        match deliver_one(&queue, slot, &mut head, issue_flags) {
+        // SAFETY: This is the task work that `Batch::submit` queued, once it dropped the batch's
+        // `Handed`, with the fetch command of the first io slot of the batch, whose pdu names that
+        // slot. `dispatch` handed the hold of every slot of the batch over, and chained each
+        // slot to the next, whose tag `deliver_one` returns once it took the delivery of the slot
+        // before: each slot of the batch is taken over once, here. The hand-overs, and the uses
+        // of the `Handed`, happen before this take-over (`complete_in_task_with`): this task work
+        // reaches every slot through `queue` and the command's pdu, and each next one through the
+        // slot before.
+        let io = unsafe { slot.resume() };
+        match deliver_one(&queue, io, &mut head, issue_flags) {
             Some(next) => tag = next.into(),
             None => break,
         }
@@ -154,24 +160,19 @@ fn deliver(head: QueuedIoUringCmd, queue: Arc<Queue>, issue_flags: IssueFlags<'_
     }
 }
 
-/// Delivers the request of `slot`, a dispatched io slot of a batch, through its fetch command, or
-/// `head` (the fetch command of the first slot of the batch, until that slot takes it). Returns
-/// the tag of the next slot of the batch.
+/// Delivers the request of `io`, a dispatched io slot of a batch, which the task work took over,
+/// through its fetch command, or `head` (the fetch command of the first slot of the batch, until
+/// that slot takes it). Returns the tag of the next slot of the batch.
 ///
-/// The slot is held from the start of the delivery until the server gets the request: nothing
-/// else moves a delivering slot on, so the copy of a write's data and the registration of its
+/// The slot is held from its dispatch until the server gets the request: nothing else moves a
+/// dispatched or delivering slot on, so the copy of a write's data and the registration of its
 /// buffer, which may sleep, run while it is held.
 fn deliver_one(
     queue: &Queue,
-    slot: &Slot,
+    mut io: Held<'_>,
     head: &mut Option<QueuedIoUringCmd>,
     issue_flags: IssueFlags<'_>,
 ) -> Option<u16> {
-    // A batch is a chain of dispatched slots.
-    let Some(mut io) = slot.hold(Phase::Dispatched) else {
-        warn_on!(true);
-        return None;
-    };
     // Only the first slot of a batch has no command of its own.
     let delivery = if io.cmd().is_none() && head.is_none() {
         None

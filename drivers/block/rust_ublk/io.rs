@@ -230,6 +230,7 @@ impl Ending {
 
     /// Ends the request: inline, or through `blk_mq_complete_request_remote()` if the queue
     /// honours `rq_affinity`.
+    #[inline]
     pub(crate) fn end(self, queue: &Queue) {
         self.end_maybe_in(queue, None);
     }

@@ -265,12 +265,21 @@ fn insert_ranges(
 /// descriptor gives (`ublk_shmem_zc_addr()`): the buffer index in the upper 32 bits, the offset
 /// of the data in the buffer in the lower ones. The data must lie in one buffer, whole and in
 /// order, and the buffer must be writable for a read.
+#[inline]
 pub(crate) fn find(table: &Table, rq: &Rq) -> Option<u64> {
     // Changed only with the queue frozen, which orders it with the requests that it lets in, or
     // without a disk.
     if table.nr_bufs.load(Relaxed) == 0 {
         return None;
     }
+    find_registered(table, rq)
+}
+
+/// [`find`] once buffers are registered. Kept out of line so that
+/// [`Served::new`](crate::io::Served::new), which looks for the data of requests of devices with
+/// `UBLK_F_SHMEM_ZC` only, stays small enough to be inlined into every dispatch.
+#[inline(never)]
+fn find_registered(table: &Table, rq: &Rq) -> Option<u64> {
     // Only a write's data may lie in a read-only buffer: a read would write to it. Not a zone
     // append's either; ublk_drv does the same.
     let is_write = rq.op() == ReqOp::Write;

@@ -50,12 +50,24 @@
 //! phase has one context that moves it on (blk-mq's `queue_rq` a fetched slot, the server's task
 //! a dispatched one, the server thread that fetched the slot one it serves), and a context that
 //! finds the slot held is one that races with that owner and loses, as it would find the slot in
-//! the phase that follows (a cancellation finds a fetched slot dispatched). The teardown paths,
-//! which change the queue's state and then visit every slot, could find a slot held by a context
-//! that then leaves it as it was: `queue_rq` reads the state before it holds a slot, and the
-//! teardown paths wait for an RCU grace period before they visit (blk-mq calls `queue_rq` in an
-//! RCU read-side critical section); a commit that re-arms the slot reads the state once it let
-//! go ([`Held::rearm`]).
+//! the phase that follows (a cancellation finds a fetched slot held, by `queue_rq` and then by the
+//! task work that delivers its request). The
+//! teardown paths, which change the queue's state and then visit every slot, could find a slot
+//! held by a context that then leaves it as it was: `queue_rq` reads the state before it holds a
+//! slot, and the teardown paths wait for an RCU grace period before they visit (blk-mq calls
+//! `queue_rq` in an RCU read-side critical section); a commit that re-arms the slot reads the
+//! state once it let go ([`Held::rearm`]).
+//!
+//! A dispatched slot is not let go: `queue_rq` hands its hold over to the task work that delivers
+//! the request ([`Held::hand_over`]), which takes it without an exchange ([`Slot::resume`]). So
+//! the request crosses from `queue_rq` to the server's task with one exchange, and the server's
+//! task owns the slot from then until the server gets the request. What happened before the task
+//! work was queued happens before what the task work reaches through its command and data
+//! ([`QueuedIoUringCmd::complete_in_task`]), which is how it reaches the slots: that orders the
+//! hand-over. Nothing but that task work moves a dispatched slot on, and the
+//! other contexts, the teardown paths included, find it held and leave it to that task work, as
+//! they would leave a dispatched slot: it may stay held past the grace period that the teardown
+//! paths wait for, which only covers holders that leave a slot as it was.
 //!
 //! A request that the server serves may be lent to user copies and registered buffers, which
 //! give it back from any context. Lending does not hold the slot: how many references are out is
@@ -309,6 +321,7 @@ impl Io {
     /// command, after writing its descriptor `desc`. The command stays in the slot (the first
     /// slot of a batch gives it to the batch, [`Io::take_head_cmd`]). If the slot has no fetch
     /// command, `served` is returned.
+    #[inline]
     pub(crate) fn dispatch(&mut self, served: Served, desc: &IoDesc) -> Result<(), Served> {
         if self.phase != Phase::Fetched {
             return Err(served);
@@ -332,7 +345,7 @@ impl Io {
     }
 
     /// Chains the dispatched slot `next` after this one, the last of its batch so far.
-    pub(crate) fn link(&mut self, next: u16) {
+    fn link(&mut self, next: u16) {
         // The batch's task work is not queued yet, so its slots stay dispatched.
         if !warn_on!(self.phase != Phase::Dispatched) {
             self.next = Some(next);
@@ -887,9 +900,11 @@ pub(crate) struct AutoLent<'a>(&'a Slot);
 ///
 /// # Invariants
 ///
-/// - While a [`Held`] of the slot exists, `state` is [`HELD`]; while `state` is a phase, it is
-///   the phase of `io`. (A [`Held`] that is leaked leaves the slot held for good.)
-/// - `io` is only reached through the [`Held`] that holds the slot.
+/// - While a [`Held`] or a [`Handed`] of the slot exists, or a hold that [`Held::hand_over`]
+///   handed over waits for [`Slot::resume`], `state` is [`HELD`]; while `state` is a phase, it
+///   is the phase of `io`. (A [`Held`] that is leaked leaves the slot held for good, and so does
+///   a hold handed over whose task work is never queued.)
+/// - `io` is only reached through the [`Held`] or the [`Handed`] that holds the slot.
 /// - `task` points to the task that `io` names as the server thread that fetched the slot, or is
 ///   null if it names none; it is never dereferenced.
 ///
@@ -907,10 +922,13 @@ pub(crate) struct Slot {
     lending: Lending,
 }
 
-// SAFETY: `io` is only reached through the one `Held` that holds the slot, which the atomic
-// `state` hands to one context at a time (with acquire and release ordering), as a lock would,
-// and `Io` may move between threads. A shared `Held` hands out `&Io`, which other threads may
-// then use at once, so `Io` must be `Sync` too (both checked below). The other fields are `Sync`.
+// SAFETY: `io` is only reached through the one `Held` or `Handed` that holds the slot, which the
+// atomic `state` hands to one context at a time (with acquire and release ordering), as a lock
+// would; a hold handed over ([`Held::hand_over`]) passes to the task work that takes it over
+// ([`Slot::resume`]), which the queueing of the task work orders after the hand-over for what it
+// reaches through its command and data, as it reaches the slot. `Io` may move between threads. A
+// shared `Held` hands out `&Io`, which other threads may then use at once, so `Io` must be `Sync`
+// too (both checked below). The other fields are `Sync`.
 unsafe impl Sync for Slot {}
 
 const _: () = {
@@ -960,6 +978,25 @@ impl Slot {
     /// Holds the slot if it is in one of the phases `from`.
     pub(crate) fn hold_any(&self, from: &[Phase]) -> Option<Held<'_>> {
         from.iter().find_map(|phase| self.hold(*phase))
+    }
+
+    /// Takes over the hold of the dispatched slot that [`Held::hand_over`] kept held for the task
+    /// work that delivers its request.
+    ///
+    /// # Safety
+    ///
+    /// The slot's hold was handed over ([`Held::hand_over`]) and not taken over since; the
+    /// [`Handed`] of that hand-over is gone; and the hand-over, and every use of that [`Handed`],
+    /// happen before this call (as they do for a task work queued after them with
+    /// [`QueuedIoUringCmd::complete_in_task_with`] that reaches the slot through its command and
+    /// data).
+    #[inline]
+    pub(crate) unsafe fn resume(&self) -> Held<'_> {
+        // A slot handed over is held.
+        debug_assert!(self.phase().is_none());
+        // INVARIANT: By the safety requirements, `state` is `HELD` for the hold handed over, and
+        // nothing else reaches `io` any more: the hold passes to the returned guard.
+        Held { slot: self }
     }
 
     /// Returns the phase of the slot, or `None` while it is held.
@@ -1068,8 +1105,9 @@ impl Slot {
 ///
 /// # Invariants
 ///
-/// `slot.state` moved from a phase to [`HELD`] for this guard, and stays there until the guard
-/// lets go: no other context reaches `slot.io` meanwhile.
+/// `slot.state` is [`HELD`] for this guard, which moved it there from a phase ([`Slot::hold`]) or
+/// took over a hold handed over to it ([`Slot::resume`]); it stays there until the guard lets go:
+/// no other context reaches `slot.io` meanwhile.
 pub(crate) struct Held<'a> {
     slot: &'a Slot,
 }
@@ -1101,6 +1139,31 @@ impl core::ops::DerefMut for Held<'_> {
         // which it does not while the returned borrow of it lives; the borrow of `self` makes it
         // the only one.
         unsafe { &mut *self.slot.io.get() }
+    }
+}
+
+/// A dispatched io slot whose hold [`Held::hand_over`] keeps for the task work that delivers its
+/// request. It lets go of nothing when it is dropped: that task work takes the hold over
+/// ([`Slot::resume`]).
+///
+/// # Invariants
+///
+/// `slot.state` is [`HELD`] for the hold handed over, and only this value reaches `slot.io` while
+/// it exists.
+#[must_use = "a dispatched io slot stays held until the task work that delivers it runs"]
+pub(crate) struct Handed<'a> {
+    slot: &'a Slot,
+}
+
+impl Handed<'_> {
+    /// Chains the dispatched slot `next` after this one, the last of its batch so far: see
+    /// `Io::link`.
+    #[inline]
+    pub(crate) fn link(&mut self, next: u16) {
+        // SAFETY: By the type invariants, only this value reaches `slot.io`, and `&mut self` makes
+        // this borrow the only one.
+        let io = unsafe { &mut *self.slot.io.get() };
+        io.link(next);
     }
 }
 
@@ -1152,6 +1215,20 @@ impl<'a> Held<'a> {
     ) -> Option<QueuedIoUringCmd> {
         let addr = self.addr;
         self.rearm(queue, fetch, addr)
+    }
+
+    /// Keeps the dispatched slot held for the task work that delivers its request: nothing else
+    /// holds it meanwhile, and that task work takes the hold over without an exchange
+    /// ([`Slot::resume`]).
+    #[inline]
+    pub(crate) fn hand_over(self) -> Handed<'a> {
+        // Only a dispatch, which leaves the slot `Dispatched`, hands it over.
+        warn_on!(self.phase != Phase::Dispatched);
+        let slot = self.slot;
+        // The guard does not let go.
+        core::mem::forget(self);
+        // INVARIANT: `state` stays `HELD`, and the hold passes from the guard to `Handed`.
+        Handed { slot }
     }
 
     /// `Idle` -> `Fetched`: see `Io::fetch`; the slot records the calling thread as the one

@@ -5,7 +5,8 @@
 //!
 //! These paths visit the io slots of a queue one at a time, after changing the queue's state: a
 //! slot is either visited, or held meanwhile by a context that sees the new state when it lets go
-//! ([`crate::slot::Held::rearm`]).
+//! ([`crate::slot::Held::rearm`]), or dispatched, held until the task work that delivers its
+//! request completes the command.
 
 use crate::{
     batch,
@@ -46,7 +47,9 @@ pub(crate) fn cancel(dev: &UblkDevice, cmd: IoUringCmdCancel<'_>, issue_flags: I
         return;
     };
     // A slot held meanwhile is being dispatched, or held by a `queue_rq` that refuses its request
-    // and lets go of it: io_uring tries to cancel the command again, until it completes.
+    // and lets go of it, or is dispatched and waits for the task work that delivers its request,
+    // which completes the command: io_uring tries to cancel the command again, until it
+    // completes.
     let fetch = slot
         .hold(Phase::Fetched)
         .and_then(|mut io| io.abort_fetch(|fetch| cmd.refers_to(fetch)));
@@ -59,7 +62,8 @@ pub(crate) fn cancel(dev: &UblkDevice, cmd: IoUringCmdCancel<'_>, issue_flags: I
 /// it, or see the change when they do, before the slots are visited. Process context only.
 ///
 /// `queue_rq` reads the state before it holds a slot, in an RCU read-side critical section: after
-/// a grace period, every `queue_rq` that holds one saw the change, or let go of its slot. The
+/// a grace period, every `queue_rq` that holds one saw the change, let go of its slot, or handed a
+/// dispatched slot over to the task work that delivers its request, which these paths leave. The
 /// server's commands and their task work re-check the state when they let go of a slot that
 /// they re-armed ([`crate::slot::Held::rearm`]); the barrier orders the visits after the change,
 /// which a cancellation may have made before, on another CPU, with a fully ordered exchange.
@@ -154,7 +158,9 @@ pub(crate) fn abort_commands(dev: &UblkDevice) {
     wait_for_holders();
     for queue in dev.queues.iter() {
         for slot in queue.slots() {
-            // A slot held meanwhile is let go by a holder that sees the queue's new state.
+            // A slot held meanwhile is let go by a holder that sees the queue's new state, or is
+            // dispatched: its task work completes the command with the request, and the commit
+            // that follows re-arms the slot and sees the state.
             let cmd = slot
                 .hold(Phase::Fetched)
                 .and_then(|mut io| io.abort_fetch(|_| true));

@@ -176,6 +176,63 @@ fn request_ends_at_ring_teardown(env: &mut Env) -> Result<Got> {
     })
 }
 
+/// Reads the reference count of the module that provides the driver: the
+/// Rust driver may be loaded as `rust_ublk`. `None` if neither is a module.
+fn module_refcnt() -> Option<u64> {
+    ["ublk_drv", "rust_ublk"].iter().find_map(|m| {
+        let text = std::fs::read_to_string(format!("/sys/module/{m}/refcnt")).ok()?;
+        text.trim().parse().ok()
+    })
+}
+
+/// Waits up to 5 s for `done` to say yes.
+fn within_5s(mut done: impl FnMut() -> Result<bool>) -> Result<bool> {
+    let end = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < end {
+        if done()? {
+            return Ok(true);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    done()
+}
+
+/// The server closes `/dev/ublkcN` while another ring of it holds the
+/// buffer of its held read: the read stays in flight until that ring lets
+/// go of the buffer, then ends (the device stops, having no user recovery),
+/// and the references to the module come back to what they were (the
+/// release of the file waits for the buffer beside, and may hold one
+/// meanwhile). 0 if so; 1 if the read ended when the file was closed, 2
+/// if it did not end within 5 s of the buffer's release, 3 if the module's
+/// reference count did not come back within 5 s.
+fn read_ends_once_closed_server_buffer_goes(env: &mut Env) -> Result<Got> {
+    let before = module_refcnt();
+    let h = held(env)?;
+    let (id, fd) = (h.s.dev.id, h.fd());
+    let mut other = Ring::<squeue::Entry>::new()?;
+    other.register_sparse_buffers(TABLE)?;
+    match other.run(io_sqe(fd, UBLK_U_IO_REGISTER_IO_BUF, 0, 0, 0), WAIT)? {
+        Got::Res(0) => {}
+        got => bail!("setup: REGISTER_IO_BUF got {}", show(got)),
+    }
+    // The server goes: its ring, its file and its mapping of the descriptors.
+    drop(h);
+    std::thread::sleep(Duration::from_millis(200));
+    if in_flight(id)? != 1 {
+        return Ok(Got::Res(1));
+    }
+    drop(other);
+    if !within_5s(|| Ok(in_flight(id)? == 0))? {
+        return Ok(Got::Res(2));
+    }
+    if let Some(before) = before {
+        if !within_5s(|| Ok(module_refcnt() == Some(before)))? {
+            return Ok(Got::Res(3));
+        }
+    }
+    Ok(Got::Res(0))
+}
+
 pub const CASES: &[Case] = &[
     case!(register_io_buf, OK),
     case!(register_io_buf_index_out_of_table, err(EINVAL)),
@@ -190,4 +247,5 @@ pub const CASES: &[Case] = &[
     case!(unregister_io_buf_without_table, err(EINVAL)),
     case!(request_ends_at_unregister, OK),
     case!(request_ends_at_ring_teardown, OK),
+    case!(read_ends_once_closed_server_buffer_goes, OK),
 ];
