@@ -26,7 +26,8 @@
 //! - An io slot ([`Slot`]) is held by one context at a time, which moves its phase on
 //!   ([`crate::slot`]). The slot of a tag is only held by the request of that tag (in `queue_rq`
 //!   or `queue_rqs`, at most one at a time, since blk-mq hands a tag to one request at a time),
-//!   by the previous request of its batch, which links it, by the server thread that fetched the
+//!   which hands a dispatched slot over to the task work that delivers its request (the next
+//!   request of its batch links it through that hold), by the server thread that fetched the
 //!   slot (its commands and their task work), and by the paths that tear the queue down
 //!   ([`crate::teardown`]). The user copies and buffer registrations of the server's threads
 //!   ([`crate::usercopy`], [`crate::zerocopy`]) and io_uring's release of registered buffers

@@ -236,7 +236,8 @@ impl Recovery {
 /// is an atomic that the io paths read before and while they hold a slot, and that the paths
 /// that change it (cancellation, `/dev/ublkcN` release, `UBLK_U_CMD_STOP_DEV`) write before they
 /// visit the slots one after the other: a slot either is visited, or its holder sees the new
-/// state ([`crate::teardown`]).
+/// state, or it is dispatched and held for the task work that delivers its request, which
+/// completes its command ([`crate::teardown`]).
 pub(crate) struct Queue {
     /// Whether requests complete through `blk_mq_complete_request_remote()`, on the CPU that
     /// `rq_affinity` picks (`UBLK_F_SUPPORT_RQ_AFFINITY`).

@@ -88,8 +88,10 @@
 //! An io slot ([`slot::Slot`]) is not a lock, and nothing waits for it: its holders (blk-mq's
 //! `queue_rq`, the server's commands and their task work, cancellation and teardown) may take
 //! lock 7 and sleep while they hold it (user memory is copied, buffers are registered);
-//! commands are completed, requests ended and task references put after the slot is let go. No
-//! context holds two slots at once.
+//! commands are completed, requests ended and task references put after the slot is let go, but
+//! for the dispatched slots of a batch: `queue_rqs` keeps them held for the task work that
+//! delivers the batch, which completes each slot's command once it let go of that slot while the
+//! next ones are still held. That is no deadlock, since no context waits for a held slot.
 
 use kernel::{
     chrdev,

@@ -1198,10 +1198,13 @@ impl<'a> Held<'a> {
         // complete the command, or a `queue_rq` that read the state as served before it held the
         // slot, so it started before the state changed. A teardown that changed it waits for an
         // RCU grace period, in which that `queue_rq` ends, before it visits the slots and takes
-        // the command; io_uring's cancellation of the command's ring, which changes it without
-        // waiting, asks to cancel the command (queued as cancelable) until it is completed. Any
-        // other command left here waits as every fetched command of a queue that is not served
-        // does, until the device stops or a new server takes over.
+        // the command, unless that `queue_rq` dispatched a request with it and handed the slot
+        // over: the task work that delivers the request then completes the command, and the
+        // commit of the request re-arms the slot and comes here again; io_uring's cancellation
+        // of the command's ring, which changes it without waiting, asks to cancel the command
+        // (queued as cancelable) until it is completed. Any other command left here waits as
+        // every fetched command of a queue that is not served does, until the device stops or a
+        // new server takes over.
         let mut io = slot.hold(Phase::Fetched)?;
         io.abort_fetch(|_| true)
     }
