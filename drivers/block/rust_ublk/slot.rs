@@ -51,12 +51,11 @@
 //! a dispatched one, the server thread that fetched the slot one it serves), and a context that
 //! finds the slot held is one that races with that owner and loses, as it would find the slot in
 //! the phase that follows (a cancellation finds a fetched slot held, by `queue_rq` and then by the
-//! task work that delivers its request). The
-//! teardown paths, which change the queue's state and then visit every slot, could find a slot
-//! held by a context that then leaves it as it was: `queue_rq` reads the state before it holds a
-//! slot, and the teardown paths wait for an RCU grace period before they visit (blk-mq calls
-//! `queue_rq` in an RCU read-side critical section); a commit that re-arms the slot reads the
-//! state once it let go ([`Held::rearm`]).
+//! task work that delivers its request). The teardown paths, which change the queue's state and
+//! then visit every slot, could find a slot held by a context that then leaves it as it was:
+//! `queue_rq` reads the state before it holds a slot, and the teardown paths wait for an RCU grace
+//! period before they visit (blk-mq calls `queue_rq` in an RCU read-side critical section); a
+//! commit that re-arms the slot reads the state once it let go ([`Held::rearm`]).
 //!
 //! A dispatched slot is not let go: `queue_rq` hands its hold over to the task work that delivers
 //! the request ([`Held::hand_over`]), which takes it without an exchange ([`Slot::resume`]). So
@@ -64,10 +63,10 @@
 //! task owns the slot from then until the server gets the request. What happened before the task
 //! work was queued happens before what the task work reaches through its command and data
 //! ([`QueuedIoUringCmd::complete_in_task`]), which is how it reaches the slots: that orders the
-//! hand-over. Nothing but that task work moves a dispatched slot on, and the
-//! other contexts, the teardown paths included, find it held and leave it to that task work, as
-//! they would leave a dispatched slot: it may stay held past the grace period that the teardown
-//! paths wait for, which only covers holders that leave a slot as it was.
+//! hand-over. Nothing but that task work moves a dispatched slot on, and the other contexts, the
+//! teardown paths included, find it held and leave it to that task work, as they would leave a
+//! dispatched slot: it may stay held past the grace period that the teardown paths wait for,
+//! which only covers holders that leave a slot as it was.
 //!
 //! A request that the server serves may be lent to user copies and registered buffers, which
 //! give it back from any context. Lending does not hold the slot: how many references are out is

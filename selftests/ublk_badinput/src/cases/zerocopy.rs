@@ -107,6 +107,18 @@ fn in_flight(id: u32) -> Result<u64> {
     Ok(sum)
 }
 
+/// Waits up to 5 s for `done` to say yes.
+fn within_5s(mut done: impl FnMut() -> Result<bool>) -> Result<bool> {
+    let end = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < end {
+        if done()? {
+            return Ok(true);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    done()
+}
+
 /// The held read's buffer is registered, and the read committed: it must
 /// stay in flight, its tag (the only one) busy, until `release` makes
 /// io_uring let go of the buffer, and end then. The result is 0 if so, 1 if
@@ -149,15 +161,11 @@ fn request_ends_at_release(
         return Ok(Got::Res(2));
     }
     release(&mut h, other)?;
-    let end = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < end {
-        // Ended: nothing in flight, or the tag went to the next request.
-        if in_flight(h.s.dev.id)? == 0 || h.s.ring.wait(token, Duration::ZERO)? != Got::Pending {
-            return Ok(Got::Res(0));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(Got::Res(3))
+    // Ended: nothing in flight, or the tag went to the next request.
+    let ended = within_5s(|| {
+        Ok(in_flight(h.s.dev.id)? == 0 || h.s.ring.wait(token, Duration::ZERO)? != Got::Pending)
+    })?;
+    Ok(Got::Res(if ended { 0 } else { 3 }))
 }
 
 fn request_ends_at_unregister(env: &mut Env) -> Result<Got> {
@@ -183,18 +191,6 @@ fn module_refcnt() -> Option<u64> {
         let text = std::fs::read_to_string(format!("/sys/module/{m}/refcnt")).ok()?;
         text.trim().parse().ok()
     })
-}
-
-/// Waits up to 5 s for `done` to say yes.
-fn within_5s(mut done: impl FnMut() -> Result<bool>) -> Result<bool> {
-    let end = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < end {
-        if done()? {
-            return Ok(true);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    done()
 }
 
 /// The server closes `/dev/ublkcN` while another ring of it holds the
