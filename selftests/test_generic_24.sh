@@ -164,6 +164,10 @@ elif [ "$took" -ge 30 ]; then
 fi
 if ! timeout 30 "${UBLK_PROG}" del -n "$dev_id" > /dev/null 2>&1; then
 	_fail "server exit: deleting the device failed or took 30 s"
+else
+	# _cleanup_test must not delete the number again: a test running
+	# beside this one may have been given it by now
+	sed -i "/^${dev_id}$/d" "${UBLK_TEST_DIR}/.ublk_devs"
 fi
 
 _cleanup_test

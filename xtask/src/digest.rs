@@ -48,15 +48,76 @@ pub fn why(log: &str) -> Vec<String> {
         .collect()
 }
 
+/// At most this many kernel messages per failed test.
+const KERNEL_LINES: usize = 3;
+
+/// The kernel log lines with which the guest's runner marks a test's start
+/// and end (`xtask: start <test>`, `xtask: end <test> rc=<n>`), and the
+/// line every upstream test logs at its start and end.
+const START: &str = "xtask: start ";
+const END: &str = "xtask: end ";
+const SUITE_MARK: &str = "ublk selftest: ";
+
+/// The test that a marker line of the kernel log names, if it is one.
+fn marked<'a>(line: &'a str, marker: &str) -> Option<&'a str> {
+    let rest = &line[line.find(marker)? + marker.len()..];
+    rest.split_whitespace().next()
+}
+
+/// What the kernel log `dmesg` says about the time `test` ran: the tests
+/// that ran beside it (whose start or end falls between its own, or that
+/// ran across it), and its last [`KERNEL_LINES`] messages other than the
+/// runner's and the suite's markers (which may come from a test beside it).
+fn window(dmesg: &str, test: &str) -> (Vec<String>, Vec<String>) {
+    let lines: Vec<&str> = dmesg.lines().collect();
+    let at = |marker: &str, t: &str| lines.iter().position(|l| marked(l, marker) == Some(t));
+    let Some(start) = at(START, test) else {
+        return (Vec::new(), Vec::new());
+    };
+    let end = at(END, test).unwrap_or(lines.len());
+    let mut beside = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        let Some(other) = marked(l, START).filter(|&o| o != test) else {
+            continue;
+        };
+        let other_end = lines[i..]
+            .iter()
+            .position(|l| marked(l, END) == Some(other))
+            .map_or(lines.len(), |p| i + p);
+        if i < end && other_end > start {
+            beside.push(other.to_string());
+        }
+    }
+    let said: Vec<String> = lines[start..end]
+        .iter()
+        .filter(|l| !l.contains("xtask: ") && !l.contains(SUITE_MARK) && !l.trim().is_empty())
+        .map(|l| l.chars().take(200).collect())
+        .collect();
+    let kernel = said[said.len().saturating_sub(KERNEL_LINES)..].to_vec();
+    (beside, kernel)
+}
+
 /// The digest lines (`# why <test>: <line>`) of the failed tests `failed`
 /// (bare test names, in the order they ran) whose logs are in
 /// `<job>/logs/<test>.log`; `shown` is how each is named in the report.
+/// Each says, after the log's lines, which tests ran beside it and what the
+/// kernel said meanwhile (`<job>/dmesg.txt`): a test that fails only in
+/// company was often disturbed by its company.
 pub fn lines(job: &Path, failed: &[(String, String)]) -> Vec<String> {
     let mut out = Vec::new();
+    let dmesg = std::fs::read(job.join("dmesg.txt")).unwrap_or_default();
+    let dmesg = String::from_utf8_lossy(&dmesg);
     for (test, shown) in failed.iter().take(TESTS) {
         let bytes = std::fs::read(job.join("logs").join(format!("{test}.log"))).unwrap_or_default();
         for l in why(&String::from_utf8_lossy(&bytes)) {
             out.push(format!("# why {shown}: {l}"));
+        }
+        let (beside, kernel) = window(&dmesg, test);
+        if !beside.is_empty() {
+            out.push(format!("# why {shown}: ran beside {}", beside.join(", ")));
+        }
+        for l in kernel {
+            out.push(format!("# why {shown}: kernel: {l}"));
         }
     }
     if failed.len() > TESTS {
@@ -105,6 +166,42 @@ mod tests {
                 "xtask: left behind: devices: none; processes: none"
             ]
         );
+    }
+
+    const DMESG: &str = "\
+[ 1.0] xtask: start test_a.sh
+[ 1.1] ublk selftest: a starting at 2026-12-07 06:56:28
+[ 2.0] xtask: start test_b.sh
+[ 2.5] blk_print_req_error: 1 callbacks suppressed
+[ 2.6] I/O error, dev ublkb0, sector 0 op 0x0:(READ)
+[ 3.0] xtask: end test_a.sh rc=0
+[ 3.5] xtask: start test_c.sh
+[ 4.0] xtask: end test_b.sh rc=1
+[ 5.0] xtask: end test_c.sh rc=0
+[ 6.0] xtask: start test_d.sh
+[ 7.0] xtask: end test_d.sh rc=0
+";
+
+    #[test]
+    fn window_names_company_and_kernel_lines() {
+        let (beside, kernel) = window(DMESG, "test_b.sh");
+        assert_eq!(beside, vec!["test_a.sh", "test_c.sh"]);
+        assert_eq!(
+            kernel,
+            vec![
+                "[ 2.5] blk_print_req_error: 1 callbacks suppressed",
+                "[ 2.6] I/O error, dev ublkb0, sector 0 op 0x0:(READ)"
+            ]
+        );
+    }
+
+    #[test]
+    fn window_of_a_test_that_ran_alone_or_never() {
+        assert_eq!(window(DMESG, "test_d.sh"), (vec![], vec![]));
+        assert_eq!(window(DMESG, "test_x.sh"), (vec![], vec![]));
+        // a test with no end (the guest died) ran beside all that started after it
+        let cut = &DMESG[..DMESG.find("[ 4.0]").unwrap()];
+        assert_eq!(window(cut, "test_b.sh").0, vec!["test_a.sh", "test_c.sh"]);
     }
 
     #[test]
