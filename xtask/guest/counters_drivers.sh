@@ -5,6 +5,7 @@
 # boot: the C driver (ublk_drv) and the Rust driver (rust_ublk) in turn,
 # C first in odd rounds and Rust first in even ones;
 # kublk's null target (1 queue, depth 128), fio 4k randread at iodepth 16
+# (or IODEPTH)
 # on CPU 1 (as perf_drivers.sh), counted over 6 s of each run, 2 s after
 # its start. Per I/O completed by the disk: busy CPU time (/proc/stat,
 # microseconds), context switches of the system (ctxt) and of the server's
@@ -19,7 +20,7 @@
 #
 # MODES names the data modes as perf_drivers.sh does (default copy);
 # ROUNDS the rounds per mode (default 3); RW the fio pattern (default
-# randread).
+# randread); IODEPTH fio's (default 16).
 #
 #   cargo xtask vm --driver none -- env MODES="copy zero_copy" \
 #     bash "$PWD"/xtask/guest/counters_drivers.sh
@@ -28,6 +29,7 @@ K=$SELFTESTS/kublk
 . "$(dirname "$0")"/drivers_common.sh
 ROUNDS=${ROUNDS:-3}
 RW=${RW:-randread}
+IODEPTH=${IODEPTH:-16}
 echo "clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
 
 snap() {
@@ -63,7 +65,7 @@ for mod in $(driver_order "$round"); do
 	modprobe $mod || { echo "modprobe $mod failed"; exit 1; }
 	$K add -t null -q 1 -d 128 "${OPTS[@]}" > /tmp/add.txt 2>&1 || { cat /tmp/add.txt; exit 1; }
 	dev=$(basename "$(ls /dev/ublkb* | head -1)")
-	fio --name=c --filename=/dev/$dev --ioengine=io_uring --direct=1 --bs=4k --rw=$RW --iodepth=16 \
+	fio --name=c --filename=/dev/$dev --ioengine=io_uring --direct=1 --bs=4k --rw=$RW --iodepth="$IODEPTH" \
 	    --numjobs=1 --cpus_allowed=1 --time_based --runtime=10 --output-format=terse --terse-version=3 > /tmp/fio.txt 2>&1 &
 	fpid=$!
 	sleep 2
@@ -82,7 +84,7 @@ for mod in $(driver_order "$round"); do
 	if [ "$ios" -le 0 ]; then
 		echo "=== $mode round $round $mod $RW: no I/O completed in the window"
 	else
-		awk -v hz="$hz" -v ios="$ios" -v head="=== $mode round $round $mod $RW" \
+		awk -v hz="$hz" -v ios="$ios" -v head="=== $mode round $round $mod $RW iodepth $IODEPTH" \
 		    -v a="$a" -v b="$b" 'BEGIN {
 			split(a, A, " "); split(b, B, " ")
 			printf "%s: ios %d (%.1fK/s) busy_us/io %.1f ctxt/io %.3f intr/io %.3f softirq/io %.3f block/io %.3f res/io %.3f cal/io %.3f task_vol/io %.3f task_invol/io %.3f\n",

@@ -3,7 +3,7 @@
 #
 # Where the Rust driver's extra CPU time per I/O goes, symbol by symbol,
 # against the C driver's, in one boot: kublk's null target (1 queue,
-# depth 128), fio 4k randread at iodepth 16 on CPU 1, `perf record -a -e
+# depth 128), fio 4k randread at iodepth 16 (or IODEPTH) on CPU 1, `perf record -a -e
 # cpu-clock -F 4000` for 6 s of each run, the C driver (ublk_drv) and the
 # Rust driver (rust_ublk) in turn, C first in odd rounds and Rust first in
 # even ones. perf_drivers.sh prints each run's top symbols in shares of
@@ -22,7 +22,8 @@
 #   samples per I/O more than the C driver's, and the 15 where they spend
 #   the most fewer.
 #
-# MODES and ROUNDS as perf_drivers.sh (default: copy, 3 rounds).
+# MODES and ROUNDS as perf_drivers.sh (default: copy, 3 rounds); IODEPTH
+# fio's (default 16).
 #
 #   cargo xtask vm --driver none -- env MODES="copy zero_copy" ROUNDS=3 \
 #     bash "$PWD"/xtask/guest/perf_diff.sh
@@ -35,6 +36,7 @@ K=$SELFTESTS/kublk
 . "$(dirname "$0")"/drivers_common.sh
 command -v /usr/bin/perf >/dev/null || { echo "no /usr/bin/perf on the host (apt-get install linux-perf)"; exit 4; }
 ROUNDS=${ROUNDS:-3}
+IODEPTH=${IODEPTH:-16}
 OUT=/tmp/perf_diff
 echo "clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
 
@@ -47,7 +49,7 @@ for mod in $(driver_order "$round"); do
 	modprobe $mod || { echo "modprobe $mod failed"; exit 1; }
 	$K add -t null -q 1 -d 128 "${OPTS[@]}" > /tmp/add.txt 2>&1 || { cat /tmp/add.txt; exit 1; }
 	dev=$(basename "$(ls /dev/ublkb* | head -1)")
-	fio --name=d --filename=/dev/$dev --ioengine=io_uring --direct=1 --bs=4k --rw=randread --iodepth=16 \
+	fio --name=d --filename=/dev/$dev --ioengine=io_uring --direct=1 --bs=4k --rw=randread --iodepth="$IODEPTH" \
 	    --numjobs=1 --cpus_allowed=1 --time_based --runtime=10 --output-format=terse --terse-version=3 > /tmp/fio.txt 2>&1 &
 	fpid=$!
 	sleep 2
@@ -77,7 +79,7 @@ if [ "$ios_c" -le 0 ] || [ "$ios_r" -le 0 ]; then
 fi
 cat "$OUT"/ublk_drv.*.txt | awk '{print "c", $0}' > "$OUT/all.txt"
 cat "$OUT"/rust_ublk.*.txt | awk '{print "r", $0}' >> "$OUT/all.txt"
-echo "--- $mode: samples per 1000 I/Os, pooled over $ROUNDS rounds (C: $ios_c I/Os, Rust: $ios_r)"
+echo "--- $mode (iodepth $IODEPTH): samples per 1000 I/Os, pooled over $ROUNDS rounds (C: $ios_c I/Os, Rust: $ios_r)"
 awk -v ic="$ios_c" -v ir="$ios_r" -v out="$OUT" '
 	function group(dso, sym) {
 		if (sym ~ /^(pv_native_safe_halt|default_idle|default_idle_call|cpuidle_idle_call|do_idle|cpu_idle_poll|acpi_idle_do_entry|acpi_safe_halt|intel_idle)$/)

@@ -14,30 +14,38 @@
 //! The table changes with the queue of the disk frozen, so that once `UBLK_U_CMD_UNREG_BUF`
 //! returns, no request in flight names the buffer: the commands hold [`UblkDevice::shmem`], which
 //! stopping the device also holds while it deletes the disk, so a disk with requests in flight
-//! is always there to freeze. The pages stay pinned until the buffer is unregistered or the
-//! device is released ([`unregister_all`]): requests may name them until then, and no command
-//! registers a buffer after that.
+//! is always there to freeze. While the device has no disk, they hold the device lock instead,
+//! so that `UBLK_U_CMD_START_DEV` adds none meanwhile. The pages stay pinned until the buffer is
+//! unregistered or the device is released ([`unregister_all`]): requests may name them until
+//! then, and no command registers a buffer after that.
 //!
-//! Unlike ublk_drv, which walks the tree without a lock from the server's task work, the
-//! lookup runs in `queue_rq`, under the tree's lock, and only while a buffer is registered.
+//! The lookup runs in `queue_rq`, only while a buffer is registered, and walks the tree under RCU,
+//! without its lock: the tree is in RCU mode, and a range that leaves it is freed a grace period
+//! later ([`RcuBox`]). The queue freeze, or the absence of a disk, orders a lookup with the
+//! changes of the table; RCU keeps a lookup that would race with a change anyway from reading
+//! freed memory.
 
 use crate::{
     control::user_buf,
-    device::UblkDevice,
+    device::{DeviceState, UblkDevice},
     features::F_SHMEM_ZC,
-    queue::Rq,
+    queue::{DiskOps, Rq},
     uapi::{self, CtrlCmd},
 };
 use kernel::{
     alloc::KVVec,
-    block::ReqOp,
-    maple_tree::MapleTree,
+    block::{
+        mq::gen_disk::{GenDisk, QueueFreeze},
+        ReqOp,
+    },
+    maple_tree::MapleTreeRcu,
     mm::pinned::PinnedPages,
     page::PAGE_SIZE,
     prelude::*,
     sync::{
         atomic::{Atomic, Relaxed},
-        Arc,
+        rcu::{self, RcuBox},
+        Arc, MutexGuard,
     },
 };
 
@@ -69,7 +77,7 @@ pub(crate) struct Range {
 #[pin_data]
 pub(crate) struct Table {
     #[pin]
-    tree: MapleTree<KBox<Range>>,
+    tree: MapleTreeRcu<RcuBox<Range>>,
     /// How many buffers are registered. It changes with the queue frozen, or without a disk, so
     /// a request in flight sees the count of the table it is matched against.
     nr_bufs: Atomic<u32>,
@@ -79,7 +87,7 @@ pub(crate) struct Table {
 pub(crate) fn new_table() -> Result<Arc<Table>> {
     Arc::pin_init(
         pin_init!(Table {
-            tree <- MapleTree::new(),
+            tree <- MapleTreeRcu::new(),
             nr_bufs: Atomic::new(0),
         }),
         GFP_KERNEL,
@@ -239,7 +247,7 @@ fn insert_ranges(
             last = pfn;
             pfns.next();
         }
-        let range = KBox::new(
+        let range = RcuBox::new(
             Range {
                 first,
                 last,
@@ -283,7 +291,7 @@ fn find_registered(table: &Table, rq: &Rq) -> Option<u64> {
     // Only a write's data may lie in a read-only buffer: a read would write to it. Not a zone
     // append's either; ublk_drv does the same.
     let is_write = rq.op() == ReqOp::Write;
-    let mut tree = table.tree.lock();
+    let rcu = rcu::read_lock();
     // The range of the last page, which the next is likely in too.
     let mut cached: Option<Range> = None;
     // The buffer of the data, and where the data starts in it.
@@ -293,7 +301,7 @@ fn find_registered(table: &Table, rq: &Rq) -> Option<u64> {
     let whole = rq.for_each_data_frame(|pfn, in_page, len| {
         let range = match cached {
             Some(r) if (r.first..=r.last).contains(&pfn) => r,
-            _ => match tree.load(pfn) {
+            _ => match table.tree.load_rcu(pfn, &rcu) {
                 Some(r) => *r,
                 None => return false,
             },
@@ -355,6 +363,37 @@ impl BufReg {
     }
 }
 
+/// What keeps the requests of a device away from its [`Table`] while a command changes it: the
+/// freeze of its disk's queue, or, while it has no disk, the device lock, so that
+/// `UBLK_U_CMD_START_DEV` adds none meanwhile. Taken with [`UblkDevice::shmem`] held, which the
+/// stop of the device holds while it deletes the disk.
+struct Quiet<'a> {
+    /// The device lock, while the device has no disk.
+    _lock: Option<MutexGuard<'a, DeviceState>>,
+    /// The freeze of the disk's queue, taken once the device lock was released: ending the
+    /// requests in flight, which the freeze waits for, may need it.
+    _freeze: Option<QueueFreeze<'a, DiskOps>>,
+}
+
+impl<'a> Quiet<'a> {
+    /// `state` is the device lock, `disk` the disk that the device has under it.
+    fn new(state: MutexGuard<'a, DeviceState>, disk: Option<&'a GenDisk<DiskOps>>) -> Self {
+        match disk {
+            Some(disk) => {
+                drop(state);
+                Quiet {
+                    _lock: None,
+                    _freeze: Some(disk.freeze_queue()),
+                }
+            }
+            None => Quiet {
+                _lock: Some(state),
+                _freeze: None,
+            },
+        }
+    }
+}
+
 /// `UBLK_U_CMD_REG_BUF`: pins the buffer that the argument names and registers it; returns its
 /// index.
 pub(crate) fn reg_buf(dev: &UblkDevice, header: &CtrlCmd) -> Result<u32> {
@@ -380,11 +419,9 @@ pub(crate) fn reg_buf(dev: &UblkDevice, header: &CtrlCmd) -> Result<u32> {
 
     let (result, unused) = {
         let mut bufs = dev.shmem.lock();
-        let (disk, released) = {
-            let state = dev.state.lock();
-            (state.disk().cloned(), state.is_released())
-        };
-        let _frozen = disk.as_ref().map(|disk| disk.freeze_queue());
+        let state = dev.state.lock();
+        let (disk, released) = (state.disk().cloned(), state.is_released());
+        let _quiet = Quiet::new(state, disk.as_deref());
         // A command that looked the device up before it was released registers nothing: the
         // buffers of a released device were unregistered, and nothing would unpin these pages
         // until the device is freed.
@@ -421,8 +458,9 @@ pub(crate) fn unreg_buf(dev: &UblkDevice, header: &CtrlCmd) -> Result {
     }
     let removed = {
         let mut bufs = dev.shmem.lock();
-        let disk = dev.state.lock().disk().cloned();
-        let _frozen = disk.as_ref().map(|disk| disk.freeze_queue());
+        let state = dev.state.lock();
+        let disk = state.disk().cloned();
+        let _quiet = Quiet::new(state, disk.as_deref());
         bufs.remove(table, index)?
     };
     // Its pages are unpinned once the queue and the lock are released.
