@@ -33,8 +33,8 @@ struct RcuBoxInner<T> {
 ///
 /// # Invariants
 ///
-/// `ptr` points to an [`RcuBoxInner<T>`] allocated with [`KBox`], whose `value` is initialized,
-/// and which only this box frees.
+/// `ptr` points to an `RcuBoxInner<T>` allocated with [`KBox`], whose `value` is initialized, and
+/// which only this box frees.
 ///
 /// # Examples
 ///
@@ -51,7 +51,9 @@ struct RcuBoxInner<T> {
 /// [`Guard`]: super::Guard
 pub struct RcuBox<T> {
     ptr: NonNull<RcuBoxInner<T>>,
-    _p: PhantomData<RcuBoxInner<T>>,
+    // The box owns a `T`; the head of the allocation is not part of it (and not pinned: the box
+    // moves freely, as a `KBox` does).
+    _p: PhantomData<T>,
 }
 
 // SAFETY: The box owns its value, which it only hands out by shared reference; the memory is freed
@@ -66,12 +68,10 @@ unsafe impl<T: Sync> Sync for RcuBox<T> {}
 impl<T> RcuBox<T> {
     /// Allocates a box with `flags` and moves `value` into it.
     pub fn new(value: T, flags: Flags) -> Result<Self, AllocError> {
-        const {
-            assert!(
-                !core::mem::needs_drop::<T>(),
-                "the value of an RcuBox is freed without running a destructor"
-            )
-        };
+        crate::const_assert!(
+            !core::mem::needs_drop::<T>(),
+            "the value of an RcuBox is freed without running a destructor"
+        );
         let inner = KBox::new(
             RcuBoxInner {
                 // `kvfree_call_rcu()` initializes it.
@@ -105,7 +105,8 @@ impl<T> Drop for RcuBox<T> {
         // SAFETY: By the type invariants, `ptr` is a `KBox` allocation (kmalloc memory, which
         // `kvfree()` frees) that only this box frees, once: the RCU core frees it after a grace
         // period, through the head at offset 0 of the allocation, which nothing else uses. With
-        // a head, `kvfree_call_rcu()` may be called in any context. `T` has no destructor
+        // a head, `kvfree_call_rcu()` may be called in any context but NMI, which Rust code does
+        // not run in. `T` has no destructor
         // (checked in `new`), so freeing the memory is all that dropping the value takes.
         unsafe { bindings::kvfree_call_rcu((*ptr).head.get(), ptr.cast()) };
     }
