@@ -108,6 +108,13 @@ const REPORTS: &[Report] = &[
                patches 1-112 (a dispatched slot handed over to the task work, fewer\n  \
                helper calls)",
     },
+    Report {
+        dir: "xtask/results/rust-vs-c-116-inline-helpers",
+        link: "modes.md",
+        what: "`cargo xtask bench rust-vs-c --config inline-helpers --modes ...\n  \
+               --rounds 4` on Rust series patches 1-116: what the driver's own code\n  \
+               costs once the helpers are inlined",
+    },
 ];
 
 #[derive(clap::Args, Debug)]
