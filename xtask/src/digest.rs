@@ -58,10 +58,11 @@ const START: &str = "xtask: start ";
 const END: &str = "xtask: end ";
 const SUITE_MARK: &str = "ublk selftest: ";
 
-/// The test that a marker line of the kernel log names, if it is one.
+/// The test that a marker line of the kernel log names, if it is one: its
+/// last word but the exit code, as [`crate::splat::scan`] reads the markers.
 fn marked<'a>(line: &'a str, marker: &str) -> Option<&'a str> {
-    let rest = &line[line.find(marker)? + marker.len()..];
-    rest.split_whitespace().next()
+    let rest = crate::splat::strip_time(line).strip_prefix(marker)?;
+    rest.split_whitespace().rfind(|w| !w.starts_with("rc="))
 }
 
 /// What the kernel log `dmesg` says about the time `test` ran: the tests

@@ -56,7 +56,7 @@ fn patterns() -> &'static Vec<(&'static str, Regex)> {
 }
 
 /// Strips a `[  12.345678] ` printk timestamp or a raw `12.345678 ` prefix.
-fn strip_time(line: &str) -> &str {
+pub(crate) fn strip_time(line: &str) -> &str {
     static RE: OnceLock<Regex> = OnceLock::new();
     let re = RE.get_or_init(|| Regex::new(r"^\s*(\[\s*\d+\.\d+\]|\d+\.\d+)\s?").unwrap());
     match re.find(line) {
