@@ -86,7 +86,7 @@ impl CharDevice for CharDev {
             return Err(ENXIO);
         }
         state.server = Server::Attached {
-            tgid: current!().tgid_nr_ns(None),
+            tgid: current!().tgid(),
             nr_fetched: 0,
             trusted: true,
         };

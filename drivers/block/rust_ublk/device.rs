@@ -72,7 +72,7 @@ pub(crate) enum Server {
     /// The process `tgid` has `/dev/ublkcN` open and fetched `nr_fetched` io slots; the device
     /// can start once it fetched all, and `UBLK_U_CMD_START_DEV` must name `tgid`.
     Attached {
-        /// The thread group of the server.
+        /// The thread group of the server, numbered in the initial pid namespace.
         tgid: Pid,
         /// How many io slots it fetched.
         nr_fetched: u32,
@@ -85,7 +85,9 @@ pub(crate) enum Server {
 
 /// The state of a device that commands change, under [`UblkDevice::state`].
 pub(crate) struct DeviceState {
-    /// What `UBLK_U_CMD_GET_DEV_INFO` reports, but for its `state`, which `life` gives.
+    /// What `UBLK_U_CMD_GET_DEV_INFO` reports, but for its `state`, which `life` gives, and for
+    /// its `ublksrv_pid`, which is kept as the initial pid namespace numbers the server
+    /// ([`DeviceState::info`] gives it as the caller sees it).
     pub(crate) info: DevInfo,
     /// The parameters set with `UBLK_U_CMD_SET_PARAMS`.
     pub(crate) params: Params,
@@ -122,8 +124,16 @@ impl DeviceState {
     }
 
     /// Returns the device information, with its state.
+    /// Returns the device information as the caller sees it: the server's pid as the caller's pid
+    /// namespace numbers it, or -1 if the server is gone or not seen from there (`info` keeps
+    /// it numbered in the initial pid namespace).
     pub(crate) fn info(&self) -> DevInfo {
         let mut info = self.info;
+        if info.ublksrv_pid > 0 {
+            info.ublksrv_pid = current!()
+                .global_tgid_to_vnr(info.ublksrv_pid)
+                .unwrap_or(-1);
+        }
         info.state = match self.life {
             Lifecycle::Live(_) => uapi::S_DEV_LIVE,
             Lifecycle::Quiesced(_) => uapi::S_DEV_QUIESCED,
@@ -167,7 +177,7 @@ impl DeviceState {
         // `UBLK_U_CMD_START_DEV` must name the process that fetched: unlike ublk_drv, which keeps
         // the process that opened `/dev/ublkcN`, in case another process fetches. The disk's
         // partitions are not scanned once a process without `CAP_SYS_ADMIN` fetched.
-        *tgid = current!().tgid_nr_ns(None);
+        *tgid = current!().tgid();
         *trusted = *trusted && capable(Capability::SYS_ADMIN);
         let all = *nr_fetched == dev.nr_ios();
         if let Some(fetched) = self.queue_fetched.get_mut(usize::from(q_id)) {
@@ -206,6 +216,19 @@ impl DeviceState {
         match self.server {
             Server::Attached { nr_fetched, .. } => nr_fetched,
             Server::Detached => 0,
+        }
+    }
+
+    /// Returns the thread group of the server that fetched the io slots, numbered in the initial
+    /// pid namespace, if `pid`, which the caller numbers in its own pid namespace, names it
+    /// (`ublk_validate_user_pid()`): the server and the process that controls the device may live
+    /// in different pid namespaces.
+    pub(crate) fn server_named(&self, pid: Pid) -> Option<Pid> {
+        match self.server {
+            Server::Attached { tgid, .. } => {
+                (Some(tgid) == current!().vnr_to_global_nr(pid)).then_some(tgid)
+            }
+            Server::Detached => None,
         }
     }
 }
@@ -357,9 +380,9 @@ impl UblkDevice {
         if state.deleted && matches!(state.server, Server::Detached) {
             return Err(ENODEV);
         }
-        if !matches!(state.server, Server::Attached { tgid, .. } if tgid == pid) {
+        let Some(tgid) = state.server_named(pid) else {
             return Err(EINVAL);
-        }
+        };
         if state.disk().is_some() {
             return Err(EEXIST);
         }
@@ -398,7 +421,7 @@ impl UblkDevice {
             let _ = workqueue::system_percpu().enqueue::<Arc<Self>, SCAN_WORK>(this.clone());
         }
         state.life = Lifecycle::Live(disk);
-        state.info.ublksrv_pid = pid;
+        state.info.ublksrv_pid = tgid;
         Ok(())
     }
 
@@ -574,9 +597,9 @@ impl UblkDevice {
                 return Err(EINTR);
             }
         }
-        if !matches!(state.server, Server::Attached { tgid, .. } if tgid == pid) {
+        let Some(tgid) = state.server_named(pid) else {
             return Err(EINVAL);
-        }
+        };
         if self.flags & F_USER_RECOVERY == 0 {
             return Err(EINVAL);
         }
@@ -585,7 +608,7 @@ impl UblkDevice {
             _ => return Err(EBUSY),
         };
         state.life = Lifecycle::Live(disk.clone());
-        state.info.ublksrv_pid = pid;
+        state.info.ublksrv_pid = tgid;
         // Every queue is served since the server fetched its io slots; a request put aside under
         // an older state is on the requeue list once this returns.
         queue::sync_shelving();

@@ -76,6 +76,7 @@ use crate::{
     slot::Slot,
     uapi::{AutoBufReg, IoCmd},
 };
+use core::{mem::ManuallyDrop, ptr::NonNull};
 use kernel::{
     block::{
         mq::{CompletionBatch, Request},
@@ -100,13 +101,19 @@ const REQUEUE_DELAY_MS: usize = 3;
 ///
 /// # Invariants
 ///
-/// `rq` is the only reference to the request, but for those that its io slot lent to user copies
-/// and registered buffers and counts ([`crate::slot::Slot::lend`]), and the one it keeps to lend
-/// from (`lendable` of [`crate::slot::Lending`]) from the first time the server is given the
-/// request until nothing lent of it is out any more once the slot stopped lending it (settled,
-/// put aside, or delivered again after an undone delivery of `UBLK_F_BATCH_IO`), before it ends.
+/// - `rq` is the only reference to the request, but for those that its io slot lent to
+///   registered buffers and counts ([`crate::slot::Slot::lend`], [`crate::slot::Held::lend_auto`]).
+/// - While `lent` is set, the request's io slot may lend it by its address
+///   ([`Served::mark_lent`]), and `rq` is not put (not even when this is dropped): no other
+///   reference to the request can be the only one, which ending the request or giving it back to
+///   blk-mq needs, so the address stays that of a request in flight, with its data. Only the slot
+///   clears `lent`, once nothing it lent by that address is in use ([`Served::unmark_lent`]).
 pub(crate) struct Served {
-    rq: ARef<Rq>,
+    /// Put when the request ends or goes back to blk-mq ([`Served::into_rq`]), or when this is
+    /// dropped, but never while `lent` is set.
+    rq: ManuallyDrop<ARef<Rq>>,
+    /// Whether the io slot of the request lends it by its address.
+    lent: bool,
     /// The bytes of the request that the server was told about: fewer than the request has if
     /// the data of a write could only be copied in part.
     pub(crate) len: u32,
@@ -126,8 +133,10 @@ impl Served {
         // INVARIANT: `rq` is the reference that blk-mq passed to `queue_rq` or that `queue_rqs`
         // took from its list. The driver only duplicates it to lend it, once the request is the
         // server's, through its io slot.
+        // INVARIANT: Not lent yet.
         let mut served = Self {
-            rq,
+            rq: ManuallyDrop::new(rq),
+            lent: false,
             len,
             shmem: None,
             zoned: queue.zoned,
@@ -146,12 +155,45 @@ impl Served {
         Ending::new(self, error, bytes).end(queue);
     }
 
-    /// Returns a reference to the request, for its io slot to lend: only the slot calls this,
-    /// to keep one to lend from while the server serves the request, until it is settled or put
-    /// aside ([`crate::slot::Held::serve`]), and to hand out one that it counts until it is given
-    /// back ([`crate::slot::Held::lend_auto`]).
+    /// Returns a reference to the request, for its io slot to hand out to the buffer that the
+    /// driver registers automatically, and to count until it is given back
+    /// ([`crate::slot::Held::lend_auto`]).
     pub(crate) fn lend_ref(&self) -> ARef<Rq> {
-        self.rq.clone()
+        ARef::clone(&self.rq)
+    }
+
+    /// Marks the request as lent by its address, and returns the address, for its io slot to
+    /// lend the request from while the server serves it ([`crate::slot::Held::serve`]), without
+    /// a reference of its own. Until the slot unmarks it, the request does not end, go back to
+    /// blk-mq or wait for another server: the address stays that of a request in flight.
+    pub(crate) fn mark_lent(&mut self) -> NonNull<Rq> {
+        // INVARIANT: Set, the request stays in flight until the slot clears it.
+        self.lent = true;
+        NonNull::from(&**self.rq)
+    }
+
+    /// Takes back the mark of [`Served::mark_lent`]: the request may end again.
+    ///
+    /// # Safety
+    ///
+    /// Nothing uses an address that [`Served::mark_lent`] returned for this request any more,
+    /// and nothing will: the io slot that lends it counts no lender left and lends no more.
+    pub(crate) unsafe fn unmark_lent(&mut self) {
+        // INVARIANT: By the safety requirements, nothing uses the address any more.
+        self.lent = false;
+    }
+
+    /// Takes the reference to the request, the only one but for those that registered buffers
+    /// hold, to end the request or give it back to blk-mq. `None` if the request is marked lent
+    /// ([`Served::mark_lent`]): its io slot may lend it by its address, so it must not end; it
+    /// then never does, with a warning, since its reference stays (see `Drop`).
+    fn into_rq(self) -> Option<ARef<Rq>> {
+        if warn_on!(self.lent) {
+            return None;
+        }
+        let mut this = ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped, so `rq` is taken once, here, and not used after.
+        Some(unsafe { ManuallyDrop::take(&mut this.rq) })
     }
 
     /// Returns whether the request is of a zoned device, whose requests may be zone operations.
@@ -181,8 +223,11 @@ impl Served {
     /// critical section in which the queue's state was read, so that
     /// [`crate::queue::sync_shelving`] waits for it. The request must not be lent.
     pub(crate) fn shelve(self) {
+        let Some(rq) = self.into_rq() else {
+            return;
+        };
         // By the type invariants, `rq` is the only reference, since the slot lent none.
-        if let Err(rq) = Request::requeue_unkicked(self.rq) {
+        if let Err(rq) = Request::requeue_unkicked(rq) {
             warn_on!(true);
             drop(rq);
         }
@@ -190,9 +235,24 @@ impl Served {
 
     /// Gives the request back to blk-mq, which dispatches it again after [`REQUEUE_DELAY_MS`].
     pub(crate) fn requeue(self) {
-        // Only a request that the server does not own yet is requeued, and only those are lent:
+        let Some(rq) = self.into_rq() else {
+            return;
+        };
+        // Only a request that the server does not own yet is requeued, and none of those is lent:
         // by the type invariants, `rq` is the only reference, so this does not fail.
-        warn_on!(Request::requeue(self.rq, REQUEUE_DELAY_MS).is_err());
+        warn_on!(Request::requeue(rq, REQUEUE_DELAY_MS).is_err());
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        // A request marked lent keeps this reference for ever: while its io slot may lend it by
+        // its address, no other reference to it can be the only one, which ending it needs.
+        if self.lent {
+            return;
+        }
+        // SAFETY: Dropped once, here; `rq` is not used after.
+        unsafe { ManuallyDrop::drop(&mut self.rq) };
     }
 }
 
@@ -245,15 +305,24 @@ impl Ending {
     fn end_maybe_in(self, queue: &Queue, batch: Option<&mut CompletionBatch<DiskOps>>) {
         // Asked before the request is handed to another CPU: once it is marked complete, it
         // cannot time out.
-        if self.loses_completion(queue) {
+        let lost = self.loses_completion(queue);
+        let Self {
+            served,
+            error,
+            bytes,
+        } = self;
+        let Some(rq) = served.into_rq() else {
+            return;
+        };
+        if lost {
             // The timeout operation ends it with `ETIMEDOUT`, or `abort_all` with `EIO`
             // ([`end_lost`]). `rq` is the only reference to the request: in copy mode, which
             // `loses_completion` requires, the slot never lends it (user copy and buffer
             // registration are refused, and automatic registration is not copy mode).
-            queue.keep_lost(self.served.rq);
+            queue.keep_lost(rq);
             return;
         }
-        route_end(queue, self.served.rq, self.error, self.bytes, batch);
+        route_end(queue, rq, error, bytes, batch);
     }
 
     /// Whether the `fail_io_timeout` fault injection drops the completion of the request

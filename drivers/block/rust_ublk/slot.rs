@@ -70,7 +70,7 @@
 //!
 //! A request that the server serves may be lent to user copies and registered buffers, which
 //! give it back from any context. Lending does not hold the slot: how many references are out is
-//! an atomic word of its own ([`Lending`]), beside the reference to lend from and the request
+//! an atomic word of its own ([`Lending`]), beside the address to lend from and the request
 //! parked until they come back, which that word hands from one context to the next. Copy mode,
 //! where nothing is lent, never touches it.
 
@@ -81,7 +81,7 @@ use crate::{
     uapi::{self, AutoBufReg, IoDesc},
     zoned,
 };
-use core::cell::UnsafeCell;
+use core::{cell::UnsafeCell, ptr::NonNull};
 use kernel::{
     block::{ReqOp, SECTOR_SHIFT},
     current,
@@ -604,9 +604,13 @@ impl Io {
 ///
 /// The request that the server serves is lent to user copies and registered buffers, from any
 /// context, beside the slot's holder and the request's owner (the context that holds its
-/// [`Served`]). How many references are out and two flags are one atomic word; the reference to
-/// lend from and the request that waits for the references to come back are kept beside it, and
-/// that word says who may reach them. Lending and giving back are one atomic exchange each.
+/// [`Served`]). How many references are out and two flags are one atomic word; the address of
+/// the request to lend and the request that waits for the references to come back are kept
+/// beside it, and that word says who may reach them. Lending and giving back are one atomic
+/// exchange each. The slot keeps no reference of its own to lend from: the request stays in
+/// flight while it is marked lent ([`Served::mark_lent`]), and it stays marked until the slot
+/// lends no more of it and the count is back at 0 ([`Lending::close`], or the last
+/// [`Lending::give_back`] of a parked request).
 ///
 /// # Invariants
 ///
@@ -614,15 +618,18 @@ impl Io {
 /// - `count` is the number of references to the slot's request that [`Lending::lend`] and
 ///   [`Lending::lend_auto`] handed out and that were not given back yet, and of the borrows of
 ///   `lendable` that [`Lending::lend_for`] runs.
-/// - While `OPEN` is set, `lendable` holds a reference to the slot's request, which the server
+/// - While `OPEN` is set, `lendable` holds the address of the slot's request, which the server
 ///   serves.
+/// - While `lendable` holds the address of a request, the [`Served`] that owns that request is
+///   marked lent ([`Served::mark_lent`]), or was dropped marked: the request is in flight.
 /// - `lendable` is read by [`Lending::lend`] and [`Lending::lend_for`] only after they counted a
 ///   reference while `OPEN` was set, until that reference is given back, and by the request's
 ///   owner. It is written by the
 ///   request's owner only while it is `None` and `OPEN` is clear, and emptied only by the context
-///   that finds `count` at 0 with `OPEN` clear and takes the request over: its owner
-///   ([`Lending::close`]), or, for a parked request, the last [`Lending::give_back`]. So it holds
-///   the slot's request while a counted reference is out, and is not written while it is read.
+///   that finds `count` at 0 with `OPEN` clear and takes the request over, which then unmarks
+///   it: its owner ([`Lending::close`]), or, for a parked request, the last
+///   [`Lending::give_back`]. So it holds the address of the slot's request, in flight, while a
+///   counted reference is out, and is not written while it is read.
 /// - `PARKED` is set only while `OPEN` is clear and `count > 0`: `parked` then holds the slot's
 ///   request, which ended while it was lent, with its result recorded, and only the
 ///   [`Lending::give_back`] that brings `count` to 0 takes it. The parked request keeps its tag,
@@ -631,8 +638,8 @@ impl Io {
 /// - `word` is 0 and both cells are `None` in a slot that does not lend (`Slot::lends`).
 pub(crate) struct Lending {
     word: Atomic<u32>,
-    /// A reference to the request that the server serves, with data, which the slot may lend.
-    lendable: UnsafeCell<Option<ARef<Rq>>>,
+    /// The address of the request that the server serves, with data, which the slot may lend.
+    lendable: UnsafeCell<Option<NonNull<Rq>>>,
     /// The request, with its result recorded, that ended while it was lent: the last user of it
     /// ends it.
     parked: UnsafeCell<Option<Served>>,
@@ -640,18 +647,21 @@ pub(crate) struct Lending {
 
 // SAFETY: The cells are reached as the type invariants say: by one context at a time for writes
 // (the request's owner, or the one context that takes a parked request over), with the word's
-// atomic exchanges ordering the hand-overs (release when the reference to lend from or the parked
+// atomic exchanges ordering the hand-overs (release when the address to lend from or the parked
 // request is published, acquire when it is reached), and shared reads of `lendable` only while no
-// one writes it. What they hold may move between threads (`ARef<Rq>` and `Served` are `Send`).
+// one writes it. Lenders of one request turn the address in `lendable` into `&Rq` on any thread
+// at once, and `Rq` is `Sync`. The parked request moves to the context that takes it over
+// (`Served` is `Send`).
 unsafe impl Sync for Lending {}
+
+// SAFETY: The address in `lendable` is only turned into `&Rq`, which may be used on any thread
+// (`Rq` is `Sync`); the parked request may move to another thread (`Served` is `Send`).
+unsafe impl Send for Lending {}
 
 const _: () = {
     const fn is_send<T: Send>() {}
     const fn is_sync<T: Sync>() {}
-    // Lenders of one request clone the same `ARef` at once; the parked request and the reference
-    // to lend from move to the context that takes them over.
-    is_sync::<ARef<Rq>>();
-    is_send::<ARef<Rq>>();
+    is_sync::<Rq>();
     is_send::<Served>();
 };
 
@@ -693,34 +703,35 @@ impl Lending {
 
     /// The slot lends `served`, the request that the server gets, from now on. Called by the
     /// request's owner, which delivers it.
-    fn open(&self, served: &Served) {
+    fn open(&self, served: &mut Served) {
+        // Only the owner sets and clears `OPEN`: its own read of the flag is exact.
+        if warn_on!(self.word.load(Relaxed) & Self::OPEN != 0) {
+            return;
+        }
         // SAFETY: The owner reads `lendable`, which is only written by the owner, and emptied by
         // a context that takes over a parked request: this one is not parked, its owner holds it.
-        let cur = unsafe { &*self.lendable.get() };
+        let cur = unsafe { *self.lendable.get() };
         match cur {
             // A delivery of the same request that was undone (`UBLK_F_BATCH_IO`) left it for the
             // references lent then; it stays until the request ends.
             Some(rq) => {
-                // Another request's reference would be lent for this one: lend nothing.
-                if warn_on!(!core::ptr::eq::<Rq>(&**rq, &**served)) {
+                // Another request would be lent for this one: lend nothing.
+                if warn_on!(!core::ptr::eq::<Rq>(rq.as_ptr(), &**served)) {
                     return;
                 }
             }
             None => {
-                // `OPEN` is clear until the owner sets it below: were it set, `lendable` would not
-                // be `None`.
-                if warn_on!(self.word.load(Relaxed) & Self::OPEN != 0) {
-                    return;
-                }
-                let rq = served.lend_ref();
+                let rq = served.mark_lent();
                 // SAFETY: `lendable` is `None` and `OPEN` is clear: by the type invariants, no
                 // lender reads it (one that counted while `OPEN` was set finds it `Some` until
                 // its reference is back), and the owner, this context, is the only writer.
                 unsafe { *self.lendable.get() = Some(rq) };
             }
         }
-        // INVARIANT: `lendable` holds the request that the server gets, before `OPEN` is set.
-        self.update(|cur| Some(cur | Self::OPEN));
+        // INVARIANT: `lendable` holds the address of the request that the server gets, marked
+        // lent, before `OPEN` is set. `OPEN` is clear (above), so adding it sets it; the exchange
+        // is fully ordered, a release for the address written above.
+        self.word.fetch_add(Self::OPEN, Full);
     }
 
     /// Counts a reference to the request that the server serves, to be given back with
@@ -753,10 +764,12 @@ impl Lending {
         // after this returns: by the type invariants, `lendable` holds the slot's request and is
         // not written meanwhile. The exchange in `count` was fully ordered, after the one that
         // set `OPEN` once `lendable` was written.
-        let lendable = unsafe { &*self.lendable.get() };
+        let lendable = unsafe { *self.lendable.get() };
         match lendable {
             // INVARIANT: Counted above, until it is given back.
-            Some(rq) => Ok(rq.clone()),
+            // SAFETY: By the type invariants, the address is that of the slot's request, in
+            // flight while this context's count is out.
+            Some(rq) => Ok(ARef::from(unsafe { rq.as_ref() })),
             // Never, by the type invariants. Were it to happen, the count would stay: the request
             // would never end, and the device could not be deleted.
             None => {
@@ -776,9 +789,12 @@ impl Lending {
         self.count()?;
         // SAFETY: As in `lend`: counted while `OPEN` was set, and given back only below, after the
         // last use of this reference; `lendable` is not written until then.
-        let lendable = unsafe { &*self.lendable.get() };
+        let lendable = unsafe { *self.lendable.get() };
         let ret = match lendable {
-            Some(rq) => f(rq),
+            // SAFETY: By the type invariants, the address is that of the slot's request, in
+            // flight until the count taken above is given back, after `f` returned; the borrow
+            // does not outlive `f`.
+            Some(rq) => f(unsafe { rq.as_ref() }),
             // Never, by the type invariants; as in `lend`, the count stays.
             None => {
                 warn_on!(true);
@@ -808,15 +824,33 @@ impl Lending {
         warn_on!(old & Self::COUNT == 0);
     }
 
-    /// The slot lends nothing more of its request. Returns whether something lent is still out;
-    /// if nothing is, the reference to lend from goes. Called by the request's owner.
-    fn close(&self) -> bool {
-        let old = self.update(|cur| (cur & Self::OPEN != 0).then_some(cur & !Self::OPEN));
+    /// The slot lends nothing more of `served`, its request. Returns whether something lent is
+    /// still out; if nothing is, the address to lend from goes, and the request is no longer
+    /// marked lent. Called by the request's owner.
+    fn close(&self, served: &mut Served) -> bool {
+        // Only the owner sets and clears `OPEN`: its own read of the flag is exact. Clearing it
+        // is a fully ordered exchange, and a read of a word left as it is an acquire read.
+        let old = if self.word.load(Relaxed) & Self::OPEN != 0 {
+            self.word.fetch_sub(Self::OPEN, Full)
+        } else {
+            self.word.load(Acquire)
+        };
         let lent = old & Self::COUNT > 0;
         if !lent {
             // SAFETY: `OPEN` is clear and `count` was 0 with it: no lender reads `lendable`, and
-            // none counts one more until its owner, this context, opens it again.
-            drop(unsafe { (*self.lendable.get()).take() });
+            // none that reads it counts one more until the owner, this context, opens it again
+            // (`lend_auto`, which only the owner calls, does not read it).
+            let lendable = unsafe { (*self.lendable.get()).take() };
+            if let Some(rq) = lendable {
+                // `lendable` held another request's address, which `Lending::open` refuses, so
+                // this cannot happen: `served` was not marked by this slot, and the other
+                // request's owner stays marked.
+                if !warn_on!(!core::ptr::eq::<Rq>(rq.as_ptr(), &**served)) {
+                    // SAFETY: The address is gone from `lendable`, and every lender that read it
+                    // gave its count back (above): nothing uses it any more.
+                    unsafe { served.unmark_lent() };
+                }
+            }
         }
         lent
     }
@@ -824,8 +858,8 @@ impl Lending {
     /// Records the result of `served`, the slot's request, and returns it to be ended now,
     /// unless something lent of it is still out: then it is parked, and the last reference given
     /// back ends it. The slot lends no more of it.
-    fn settle(&self, served: Served, error: i32, bytes: u32) -> Option<Ending> {
-        if !self.close() {
+    fn settle(&self, mut served: Served, error: i32, bytes: u32) -> Option<Ending> {
+        if !self.close(&mut served) {
             return Some(Ending::new(served, error, bytes));
         }
         served.record(error, bytes);
@@ -879,9 +913,12 @@ impl Lending {
         // context is the only one to reach `lendable`, and `parked` (written before `PARKED` by the
         // owner's exchange, which came before, or by the caller itself).
         let (lendable, parked) = unsafe { (&mut *self.lendable.get(), &mut *self.parked.get()) };
-        // The reference to lend from goes first: ending the request needs its only reference.
-        drop(lendable.take());
-        parked.take().map(Ending::recorded)
+        lendable.take();
+        let mut served = parked.take()?;
+        // SAFETY: The address is gone from `lendable`, and every lender that read it gave its
+        // count back (above): nothing uses it any more.
+        unsafe { served.unmark_lent() };
+        Some(Ending::recorded(served))
     }
 
     /// Returns whether user copies or registered buffers hold the slot's request.
@@ -1067,10 +1104,10 @@ impl Slot {
         self.lending.settle(served, error, bytes)
     }
 
-    /// The slot lends nothing more of its request, which no longer is the server's. Returns
-    /// whether something lent of it is still out.
-    fn stop_lending(&self) -> bool {
-        self.lends && self.lending.close()
+    /// The slot lends nothing more of `served`, its request, which no longer is the server's.
+    /// Returns whether something lent of it is still out.
+    fn stop_lending(&self, served: &mut Served) -> bool {
+        self.lends && self.lending.close(served)
     }
 
     /// Returns whether user copies or registered buffers hold the slot's request.
@@ -1087,8 +1124,8 @@ impl Slot {
     /// The caller gives back one reference that [`Slot::lend`] or [`Held::lend_auto`] lent from
     /// this slot and that was not given back yet: each lent reference is given back once. (A
     /// reference given back that was not lent would take the count of another lender, and the
-    /// request could end, and the reference that [`Slot::lend_for`] lends from be dropped, while
-    /// that lender still uses it.)
+    /// request could be unmarked and end while a [`Slot::lend_for`] borrower still uses it by its
+    /// address.)
     #[must_use = "the request that this returns must be ended"]
     pub(crate) unsafe fn give_back(&self) -> Option<Ending> {
         // Only a slot that lends lent something.
@@ -1297,7 +1334,7 @@ impl<'a> Held<'a> {
     pub(crate) fn without_server(
         &mut self,
         queue: &Queue,
-        served: Served,
+        mut served: Served,
         owned: bool,
     ) -> Option<Ending> {
         // A zone report that the driver sent itself waits for no server: its sender, possibly
@@ -1310,7 +1347,7 @@ impl<'a> Held<'a> {
         let _rcu = rcu::read_lock();
         match queue.no_server(owned) {
             NoServer::Shelve => {
-                if self.slot.stop_lending() {
+                if self.slot.stop_lending(&mut served) {
                     // A request that a buffer still holds cannot go back to blk-mq.
                     self.slot.settle(served, EIO.to_errno(), 0)
                 } else {
@@ -1324,27 +1361,27 @@ impl<'a> Held<'a> {
 
     /// `Delivering` -> `Serving`: the server gets the request, which the slot may lend from now
     /// on.
-    pub(crate) fn serve(&mut self, served: Served) {
-        self.start_lending(&served);
+    pub(crate) fn serve(&mut self, mut served: Served) {
+        self.start_lending(&mut served);
         Io::serve(self, served);
     }
 
     /// `Delivering` -> `Serving`, for a write of which only `bytes` could be copied to the
     /// server's buffer: see [`Held::serve`].
-    pub(crate) fn serve_part(&mut self, served: Served, bytes: u32) {
-        self.start_lending(&served);
+    pub(crate) fn serve_part(&mut self, mut served: Served, bytes: u32) {
+        self.start_lending(&mut served);
         Io::serve_part(self, served, bytes);
     }
 
     /// `Delivering` -> `Serving` after `UBLK_U_IO_NEED_GET_DATA` copied the data of the write to
     /// the buffer `addr`: all of it, or the first `part` bytes. See [`Held::serve`].
-    pub(crate) fn serve_got_data(&mut self, served: Served, addr: u64, part: Option<u32>) {
-        self.start_lending(&served);
+    pub(crate) fn serve_got_data(&mut self, mut served: Served, addr: u64, part: Option<u32>) {
+        self.start_lending(&mut served);
         Io::serve_got_data(self, served, addr, part);
     }
 
     /// The slot may lend `served`, the request that the server gets, if it has data.
-    fn start_lending(&self, served: &Served) {
+    fn start_lending(&self, served: &mut Served) {
         // Only reads and writes, zone appends and reports have data.
         if self.slot.lends && zoned::has_data(served.op()) {
             // The holder owns `served`, the slot's request, which the server gets.
@@ -1356,7 +1393,11 @@ impl<'a> Held<'a> {
     /// request no more.
     pub(crate) fn undeliver(&mut self) -> Option<Undelivered> {
         let undelivered = Io::undeliver(self)?;
-        self.slot.stop_lending();
+        let slot = self.slot;
+        // `Queued` holds the request, as `Serving` did.
+        if let Some(served) = self.served.as_mut() {
+            slot.stop_lending(served);
+        }
         Some(undelivered)
     }
 }

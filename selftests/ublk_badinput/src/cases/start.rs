@@ -15,8 +15,8 @@ use super::ctrl::basic_params;
 use super::server::Server;
 use super::{case, err, usercopy, Case, OK};
 use crate::chardev::{io_sqe, io_sqe_result, map_descs_setup};
-use crate::ctrl::{hdr, sqe128, with_buf};
-use crate::env::Env;
+use crate::ctrl::{hdr, sqe128, with_buf, Ctrl};
+use crate::env::{Dev, Env};
 use crate::errno::show;
 use crate::ring::{Got, Ring, PEEK, WAIT};
 
@@ -26,6 +26,201 @@ fn start_dev_pid_not_server(env: &mut Env) -> Result<Got> {
     s.set_params(env)?;
     // pid 1 is init, not the process that opened /dev/ublkcN.
     s.start(env, 1)
+}
+
+/// The server runs in a pid namespace of its own, and START_DEV comes from
+/// the parent namespace, naming the server by the number that namespace
+/// gives it: the driver must translate that number before it compares it
+/// with the server (ublk_drv compares `pid_nr(find_vpid(pid))` with the
+/// global tgid of the server). GET_DEV_INFO then reports the server as each
+/// reader's namespace numbers it: the parent's number here, 1 in the
+/// server's own namespace.
+fn start_dev_server_in_child_pid_namespace(env: &mut Env) -> Result<Got> {
+    with_server_in_new_pid_ns(env, |env, dev, server| {
+        match start_dev(env, dev, server.pid)? {
+            Got::Res(0) => {}
+            got => return Ok(got),
+        }
+        let seen = server_pid_in_info(env, dev)?;
+        if seen != server.pid {
+            bail!(
+                "GET_DEV_INFO in the parent's pid namespace: ublksrv_pid {seen}, not {}",
+                server.pid
+            );
+        }
+        let seen = server.pid_in_its_own_info()?;
+        if seen != 1 {
+            bail!("GET_DEV_INFO in the server's pid namespace: ublksrv_pid {seen}, not 1");
+        }
+        Ok(Got::Res(0))
+    })
+}
+
+/// As above, but START_DEV names the number the server has in its own pid
+/// namespace (1), which is init in the caller's: not the server.
+fn start_dev_server_own_pid_from_parent_namespace(env: &mut Env) -> Result<Got> {
+    with_server_in_new_pid_ns(env, |env, dev, _| start_dev(env, dev, 1))
+}
+
+/// START_DEV of `dev`, naming `pid` as the server, on a ring of its own.
+fn start_dev(env: &Env, dev: Dev, pid: libc::pid_t) -> Result<Got> {
+    let mut h = hdr(dev.id);
+    h.data[0] = pid as u64;
+    let mut ring = Ring::<squeue::Entry128>::new()?;
+    ring.run(sqe128(env.ctrl.fd(), UBLK_U_CMD_START_DEV, &h), WAIT)
+}
+
+/// The `ublksrv_pid` that GET_DEV_INFO of `dev` reports on `ctrl`.
+fn server_pid_in_info(env: &mut Env, dev: Dev) -> Result<i32> {
+    let mut info = UblksrvCtrlDevInfo::default();
+    let r = env
+        .ctrl
+        .cmd(UBLK_U_CMD_GET_DEV_INFO, &with_buf(hdr(dev.id), &mut info))?;
+    if r != 0 {
+        bail!("GET_DEV_INFO failed: {}", show(Got::Res(r)));
+    }
+    Ok(info.ublksrv_pid)
+}
+
+/// The server of a device, the first process of a pid namespace of its own:
+/// it fetched the device's one tag, and answers requests of its parent.
+struct NsServer {
+    pid: libc::pid_t,
+    /// Where the server says what it did.
+    from: libc::c_int,
+    /// Where the server is asked; closing it lets the server go.
+    to: libc::c_int,
+}
+
+impl NsServer {
+    /// Asks the server for GET_DEV_INFO's `ublksrv_pid`, as it sees it.
+    fn pid_in_its_own_info(&self) -> Result<i32> {
+        let mut b = [0u8; 4];
+        // SAFETY: one byte to our pipe, then reading a local buffer.
+        let n = unsafe {
+            libc::write(self.to, b"i".as_ptr().cast(), 1);
+            libc::read(self.from, b.as_mut_ptr().cast(), b.len())
+        };
+        if n != 4 {
+            bail!("the server did not answer");
+        }
+        Ok(i32::from_ne_bytes(b))
+    }
+}
+
+impl Drop for NsServer {
+    fn drop(&mut self) {
+        let mut status = 0;
+        // SAFETY: closing our pipe ends, and killing and reaping our own
+        // child (which may be waiting for a command that never completes).
+        unsafe {
+            libc::close(self.to);
+            libc::close(self.from);
+            libc::kill(self.pid, libc::SIGKILL);
+            libc::waitpid(self.pid, &mut status, 0);
+        }
+    }
+}
+
+/// Adds a one-tag device with basic parameters whose server is the first
+/// process of a new pid namespace, and runs `f` once it fetched the tag.
+fn with_server_in_new_pid_ns(
+    env: &mut Env,
+    f: impl FnOnce(&mut Env, Dev, &NsServer) -> Result<Got>,
+) -> Result<Got> {
+    let dev = env.add(1, 1, 0)?;
+    let mut p = basic_params();
+    let r = env
+        .ctrl
+        .cmd(UBLK_U_CMD_SET_PARAMS, &with_buf(hdr(dev.id), &mut p))?;
+    if r != 0 {
+        bail!("setup: SET_PARAMS failed: {}", show(Got::Res(r)));
+    }
+    let (from_rd, from_wr) = pipe()?;
+    let (to_rd, to_wr) = pipe()?;
+    // A fork whose child is the first process of a new pid namespace. This
+    // process stays single-threaded (as `child::run` requires).
+    // SAFETY: a raw clone without a new stack is a fork; the child leaves
+    // with _exit, never returning into this code or its destructors.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (libc::CLONE_NEWPID | libc::SIGCHLD) as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
+    if pid < 0 {
+        bail!("setup: clone(CLONE_NEWPID): errno {}", crate::chardev::errno());
+    }
+    if pid == 0 {
+        // SAFETY: the parent's ends of the pipes, which the child must not
+        // keep open (it would never see the end of `to`).
+        unsafe {
+            libc::close(from_rd);
+            libc::close(to_wr);
+        }
+        serve_in_new_pid_ns(dev, from_wr, to_rd);
+    }
+    // SAFETY: closing the child's ends of the pipes, which we own.
+    unsafe {
+        libc::close(from_wr);
+        libc::close(to_rd);
+    }
+    // CAST: a pid.
+    let server = NsServer {
+        pid: pid as libc::pid_t,
+        from: from_rd,
+        to: to_wr,
+    };
+    let mut b = 0u8;
+    // SAFETY: reading one byte into a local.
+    if unsafe { libc::read(server.from, (&mut b as *mut u8).cast(), 1) } != 1 {
+        bail!("setup: the server in the new pid namespace could not fetch");
+    }
+    f(env, dev, &server)
+}
+
+/// The child of [`with_server_in_new_pid_ns`]: opens /dev/ublkcN and
+/// fetches the tag, says so on `to_parent`, answers the requests of
+/// `from_parent` until it is closed, and exits.
+fn serve_in_new_pid_ns(dev: Dev, to_parent: libc::c_int, from_parent: libc::c_int) -> ! {
+    let served = Server::on(dev).and_then(|mut s| {
+        s.fetch(0)?;
+        Ok(s)
+    });
+    if served.is_ok() {
+        // SAFETY: writing a local byte to our pipe.
+        unsafe { libc::write(to_parent, b"1".as_ptr().cast(), 1) };
+        let mut b = 0u8;
+        // SAFETY: reading one byte into a local.
+        while unsafe { libc::read(from_parent, (&mut b as *mut u8).cast(), 1) } == 1 {
+            let pid = Ctrl::open()
+                .and_then(|ctrl| {
+                    let mut env = Env::new(ctrl);
+                    server_pid_in_info(&mut env, dev)
+                })
+                .unwrap_or(i32::MIN);
+            let b = pid.to_ne_bytes();
+            // SAFETY: writing a local buffer to our pipe.
+            unsafe { libc::write(to_parent, b.as_ptr().cast(), b.len()) };
+        }
+    }
+    // The server's ring and char device close as the process exits.
+    // SAFETY: leaving at once, running no destructor.
+    unsafe { libc::_exit(0) }
+}
+
+/// A pipe: (read end, write end), both close-on-exec.
+fn pipe() -> Result<(libc::c_int, libc::c_int)> {
+    let mut fds = [0; 2];
+    // SAFETY: fds has room for the two descriptors pipe2 writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        bail!("setup: pipe2: errno {}", crate::chardev::errno());
+    }
+    Ok((fds[0], fds[1]))
 }
 
 fn start_dev_twice(env: &mut Env) -> Result<Got> {
@@ -225,6 +420,8 @@ fn start_dev_zoned_server_exits_during_report(env: &mut Env) -> Result<Got> {
 
 pub const CASES: &[Case] = &[
     case!(start_dev_pid_not_server, err(EINVAL)),
+    case!(start_dev_server_in_child_pid_namespace, OK),
+    case!(start_dev_server_own_pid_from_parent_namespace, err(EINVAL)),
     case!(start_dev_twice, err(EEXIST)),
     case!(set_params_on_started_device, err(EACCES)),
     case!(fetch_on_started_device, err(EBUSY)),
