@@ -70,7 +70,8 @@ pub(crate) enum Server {
     /// No process has `/dev/ublkcN` open.
     Detached,
     /// The process `tgid` has `/dev/ublkcN` open and fetched `nr_fetched` io slots; the device
-    /// can start once it fetched all, and `UBLK_U_CMD_START_DEV` must name `tgid`.
+    /// can start once it fetched all, and `UBLK_U_CMD_START_DEV` must name that process, in the
+    /// pid namespace of its caller.
     Attached {
         /// The thread group of the server, numbered in the initial pid namespace.
         tgid: Pid,
@@ -123,10 +124,9 @@ impl DeviceState {
         }
     }
 
-    /// Returns the device information, with its state.
-    /// Returns the device information as the caller sees it: the server's pid as the caller's pid
-    /// namespace numbers it, or -1 if the server is gone or not seen from there (`info` keeps
-    /// it numbered in the initial pid namespace).
+    /// Returns the device information, with its state, as the calling task sees it: the server's
+    /// pid as the caller's pid namespace numbers it, or -1 if the server is gone or not seen from
+    /// there (`info` keeps it numbered in the initial pid namespace).
     pub(crate) fn info(&self) -> DevInfo {
         let mut info = self.info;
         if info.ublksrv_pid > 0 {

@@ -188,10 +188,11 @@ impl Served {
     /// ([`Served::mark_lent`]): its io slot may lend it by its address, so it must not end; it
     /// then never does, with a warning, since its reference stays (see `Drop`).
     fn into_rq(self) -> Option<ARef<Rq>> {
-        if warn_on!(self.lent) {
+        // Not dropped: a marked request keeps its reference (see `Drop`), with one warning.
+        let mut this = ManuallyDrop::new(self);
+        if warn_on!(this.lent) {
             return None;
         }
-        let mut this = ManuallyDrop::new(self);
         // SAFETY: `this` is never dropped, so `rq` is taken once, here, and not used after.
         Some(unsafe { ManuallyDrop::take(&mut this.rq) })
     }
@@ -247,8 +248,9 @@ impl Served {
 impl Drop for Served {
     fn drop(&mut self) {
         // A request marked lent keeps this reference for ever: while its io slot may lend it by
-        // its address, no other reference to it can be the only one, which ending it needs.
-        if self.lent {
+        // its address, no other reference to it can be the only one, which ending it needs. The
+        // request then never ends: a driver bug, which the warning points at.
+        if warn_on!(self.lent) {
             return;
         }
         // SAFETY: Dropped once, here; `rq` is not used after.

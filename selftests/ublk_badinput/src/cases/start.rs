@@ -7,7 +7,7 @@
 use anyhow::{bail, Result};
 use io_uring::squeue;
 use libc::{EACCES, EBUSY, EEXIST, EINVAL, EIO, ENODEV};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 use ublk_uapi::*;
 
@@ -87,22 +87,19 @@ fn server_pid_in_info(env: &mut Env, dev: Dev) -> Result<i32> {
 struct NsServer {
     pid: libc::pid_t,
     /// Where the server says what it did.
-    from: libc::c_int,
-    /// Where the server is asked; closing it lets the server go.
-    to: libc::c_int,
+    from: OwnedFd,
+    /// Where the server is asked; its end lets the server go.
+    to: OwnedFd,
 }
 
 impl NsServer {
     /// Asks the server for GET_DEV_INFO's `ublksrv_pid`, as it sees it.
     fn pid_in_its_own_info(&self) -> Result<i32> {
+        // SAFETY: writing a local byte to our pipe.
+        unsafe { libc::write(self.to.as_raw_fd(), b"i".as_ptr().cast(), 1) };
         let mut b = [0u8; 4];
-        // SAFETY: one byte to our pipe, then reading a local buffer.
-        let n = unsafe {
-            libc::write(self.to, b"i".as_ptr().cast(), 1);
-            libc::read(self.from, b.as_mut_ptr().cast(), b.len())
-        };
-        if n != 4 {
-            bail!("the server did not answer");
+        if !read_within(&self.from, &mut b) {
+            bail!("the server did not answer within {ANSWER_WAIT:?}");
         }
         Ok(i32::from_ne_bytes(b))
     }
@@ -111,14 +108,30 @@ impl NsServer {
 impl Drop for NsServer {
     fn drop(&mut self) {
         let mut status = 0;
-        // SAFETY: closing our pipe ends, and killing and reaping our own
-        // child (which may be waiting for a command that never completes).
+        // SAFETY: killing and reaping our own child (which may be waiting
+        // for a command that never completes); the pipes close after.
         unsafe {
-            libc::close(self.to);
-            libc::close(self.from);
             libc::kill(self.pid, libc::SIGKILL);
             libc::waitpid(self.pid, &mut status, 0);
         }
+    }
+}
+
+/// How long the server in its own pid namespace may take to answer.
+const ANSWER_WAIT: Duration = Duration::from_secs(10);
+
+/// Reads `buf.len()` bytes (at most a pipe's atomic write) from `fd`, if
+/// they come within [`ANSWER_WAIT`].
+fn read_within(fd: &OwnedFd, buf: &mut [u8]) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: polling one descriptor we own, then reading into `buf`.
+    unsafe {
+        libc::poll(&mut pfd, 1, ANSWER_WAIT.as_millis() as libc::c_int) == 1
+            && libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) == buf.len() as isize
     }
 }
 
@@ -138,10 +151,12 @@ fn with_server_in_new_pid_ns(
     }
     let (from_rd, from_wr) = pipe()?;
     let (to_rd, to_wr) = pipe()?;
-    // A fork whose child is the first process of a new pid namespace. This
-    // process stays single-threaded (as `child::run` requires).
-    // SAFETY: a raw clone without a new stack is a fork; the child leaves
-    // with _exit, never returning into this code or its destructors.
+    // A fork whose child is the first process of a new pid namespace. The
+    // cases run on one thread (as `child::run` requires too), so the child
+    // is a copy of a single-threaded process.
+    // SAFETY: a raw clone without a new stack is a fork (x86-64 argument
+    // order); the child leaves with _exit, never returning into this code
+    // or its destructors.
     let pid = unsafe {
         libc::syscall(
             libc::SYS_clone,
@@ -153,74 +168,72 @@ fn with_server_in_new_pid_ns(
         )
     };
     if pid < 0 {
-        bail!("setup: clone(CLONE_NEWPID): errno {}", crate::chardev::errno());
+        bail!(
+            "setup: clone(CLONE_NEWPID): errno {}",
+            crate::chardev::errno()
+        );
     }
     if pid == 0 {
-        // SAFETY: the parent's ends of the pipes, which the child must not
-        // keep open (it would never see the end of `to`).
-        unsafe {
-            libc::close(from_rd);
-            libc::close(to_wr);
-        }
+        // The parent's ends, which the child must not keep open: it would
+        // never see the end of `to`.
+        drop(from_rd);
+        drop(to_wr);
         serve_in_new_pid_ns(dev, from_wr, to_rd);
     }
-    // SAFETY: closing the child's ends of the pipes, which we own.
-    unsafe {
-        libc::close(from_wr);
-        libc::close(to_rd);
-    }
+    drop(from_wr);
+    drop(to_rd);
     // CAST: a pid.
     let server = NsServer {
         pid: pid as libc::pid_t,
         from: from_rd,
         to: to_wr,
     };
-    let mut b = 0u8;
-    // SAFETY: reading one byte into a local.
-    if unsafe { libc::read(server.from, (&mut b as *mut u8).cast(), 1) } != 1 {
-        bail!("setup: the server in the new pid namespace could not fetch");
+    if !read_within(&server.from, &mut [0u8]) {
+        bail!("setup: the server in the new pid namespace did not fetch");
     }
     f(env, dev, &server)
 }
 
 /// The child of [`with_server_in_new_pid_ns`]: opens /dev/ublkcN and
 /// fetches the tag, says so on `to_parent`, answers the requests of
-/// `from_parent` until it is closed, and exits.
-fn serve_in_new_pid_ns(dev: Dev, to_parent: libc::c_int, from_parent: libc::c_int) -> ! {
-    let served = Server::on(dev).and_then(|mut s| {
-        s.fetch(0)?;
-        Ok(s)
-    });
-    if served.is_ok() {
+/// `from_parent` until its other end closes, and exits.
+fn serve_in_new_pid_ns(dev: Dev, to_parent: OwnedFd, from_parent: OwnedFd) -> ! {
+    let (to, from) = (to_parent.as_raw_fd(), from_parent.as_raw_fd());
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let Ok(mut s) = Server::on(dev) else {
+            return;
+        };
+        if s.fetch(0).is_err() {
+            return;
+        }
         // SAFETY: writing a local byte to our pipe.
-        unsafe { libc::write(to_parent, b"1".as_ptr().cast(), 1) };
+        unsafe { libc::write(to, b"1".as_ptr().cast(), 1) };
         let mut b = 0u8;
         // SAFETY: reading one byte into a local.
-        while unsafe { libc::read(from_parent, (&mut b as *mut u8).cast(), 1) } == 1 {
+        while unsafe { libc::read(from, (&mut b as *mut u8).cast(), 1) } == 1 {
             let pid = Ctrl::open()
-                .and_then(|ctrl| {
-                    let mut env = Env::new(ctrl);
-                    server_pid_in_info(&mut env, dev)
-                })
+                .and_then(|ctrl| server_pid_in_info(&mut Env::new(ctrl), dev))
                 .unwrap_or(i32::MIN);
             let b = pid.to_ne_bytes();
             // SAFETY: writing a local buffer to our pipe.
-            unsafe { libc::write(to_parent, b.as_ptr().cast(), b.len()) };
+            unsafe { libc::write(to, b.as_ptr().cast(), b.len()) };
         }
-    }
-    // The server's ring and char device close as the process exits.
+        // The server's ring and char device close as the process exits.
+        std::mem::forget(s);
+    }));
     // SAFETY: leaving at once, running no destructor.
     unsafe { libc::_exit(0) }
 }
 
 /// A pipe: (read end, write end), both close-on-exec.
-fn pipe() -> Result<(libc::c_int, libc::c_int)> {
+fn pipe() -> Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: fds has room for the two descriptors pipe2 writes.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         bail!("setup: pipe2: errno {}", crate::chardev::errno());
     }
-    Ok((fds[0], fds[1]))
+    // SAFETY: pipe2 returned two new descriptors, each owned once here.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 fn start_dev_twice(env: &mut Env) -> Result<Got> {
