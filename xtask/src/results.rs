@@ -115,6 +115,12 @@ const REPORTS: &[Report] = &[
                --rounds 4` on Rust series patches 1-116: what the driver's own code\n  \
                costs once the helpers are inlined",
     },
+    Report {
+        dir: "xtask/results/rust-vs-c-119",
+        link: "modes.md",
+        what: "`cargo xtask bench rust-vs-c --modes ... --rounds 4` on Rust series\n  \
+               patches 1-119 (requests lent by address, no reference of the slot's own)",
+    },
 ];
 
 #[derive(clap::Args, Debug)]
