@@ -9,6 +9,7 @@
 
 mod boot;
 mod ci;
+mod kunit;
 mod report;
 mod select;
 mod suite;

@@ -31,6 +31,7 @@ use kernel::{
     rbtree::{RBTree, RBTreeNodeReservation},
     sync::{aref::ARef, Arc, ArcBorrow, Mutex},
     uaccess::{UserPtr, UserSlice},
+    workqueue::OwnedQueue,
 };
 
 /// Number of device numbers (`UBLK_MAX_UBLKS`): the minor numbers of the region of `/dev/ublkcN`,
@@ -86,6 +87,10 @@ pub(crate) struct Control {
     /// under the lock, before any command can add a device.
     #[pin]
     parent: Mutex<Option<ARef<Device>>>,
+    /// The queue of the work items that finish the release of a `/dev/ublkcN` once io_uring gave
+    /// back the requests it held (see [`UblkDevice::release`]). Each device holds it too; this
+    /// reference goes with the module, whose exit waits for the work items on it to return.
+    release_queue: Arc<OwnedQueue>,
 }
 
 impl Control {
@@ -95,12 +100,14 @@ impl Control {
         check_module_parameters()?;
         let region = Arc::new(Region::alloc(MAX_UBLKS, c"ublk-char")?, GFP_KERNEL)?;
         let class = Arc::new(ClassRegistration::new(class)?, GFP_KERNEL)?;
+        let release_queue = Arc::new(OwnedQueue::new_unbound(c"rust_ublk_release")?, GFP_KERNEL)?;
         Arc::pin_init(
             pin_init!(Self {
                 devices <- new_mutex!(RBTree::new()),
                 region,
                 class,
                 parent <- new_mutex!(None),
+                release_queue,
             }),
             GFP_KERNEL,
         )
@@ -414,7 +421,7 @@ fn add_dev(ctl: &Control, header: &CtrlCmd) -> Result {
         return Err(EINVAL);
     }
 
-    let dev = UblkDevice::new(info)?;
+    let dev = UblkDevice::new(info, ctl.release_queue.clone())?;
     writer.write_slice(&info.to_bytes())?;
     // The table's node is allocated before `/dev/ublkcN` appears: once a server may open it,
     // the device is in the table, where `UBLK_U_CMD_DEL_DEV` finds it.

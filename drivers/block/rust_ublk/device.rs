@@ -24,10 +24,8 @@ use kernel::{
     },
     task::Pid,
     warn_on,
-    workqueue::{
-        self, impl_has_delayed_work, impl_has_work, new_delayed_work, new_work, DelayedWork, Work,
-        WorkItem,
-    },
+    time::{delay::fsleep, Delta},
+    workqueue::{self, impl_has_work, new_work, OwnedQueue, Work, WorkItem},
     ModuleMetadata, ModuleRef,
 };
 
@@ -287,7 +285,12 @@ pub(crate) struct UblkDevice {
     /// Finishes the release of `/dev/ublkcN` when registered buffers still hold requests of the
     /// server that closed it ([`UblkDevice::release`]).
     #[pin]
-    release_work: DelayedWork<UblkDevice, RELEASE_WORK>,
+    release_work: Work<UblkDevice, RELEASE_WORK>,
+    /// The queue that `release_work` runs on: the module's, destroyed when the module goes
+    /// ([`crate::control::Control`]), which waits for the work item to have returned. The
+    /// module's reference to it outlives every device that may run the work item: the work item
+    /// holds the module until it returns.
+    release_queue: Arc<OwnedQueue>,
     /// The tag set of the device's disk.
     pub(crate) tag_set: Arc<TagSet<DiskOps>>,
     /// The queues, with their io slots.
@@ -296,7 +299,7 @@ pub(crate) struct UblkDevice {
 
 impl UblkDevice {
     /// Creates the device described by `info`, which was validated by `UBLK_U_CMD_ADD_DEV`.
-    pub(crate) fn new(info: DevInfo) -> Result<Arc<Self>> {
+    pub(crate) fn new(info: DevInfo, release_queue: Arc<OwnedQueue>) -> Result<Arc<Self>> {
         let tag_set = Arc::pin_init(
             queue::new_tag_set(info.nr_hw_queues, info.queue_depth),
             GFP_KERNEL,
@@ -338,7 +341,8 @@ impl UblkDevice {
                 live: Atomic::new(false),
                 ready <- new_condvar!(),
                 scan_work <- new_work!("UblkDevice::scan_work"),
-                release_work <- new_delayed_work!("UblkDevice::release_work"),
+                release_work <- new_work!("UblkDevice::release_work"),
+                release_queue,
                 tag_set,
                 queues,
             }),
@@ -672,9 +676,10 @@ impl UblkDevice {
     /// A request whose data is still registered as a buffer of one of the server's rings ends
     /// only once io_uring releases the buffer: possibly when the task that closed the file, which
     /// is in this function, tears the ring down, or never, if the ring outlives the server.
-    /// Stopping the device waits for the requests, so a work item then looks again every jiffy
-    /// until the slots got back every request they lent, and finishes the release only then,
-    /// without waiting. Meanwhile it keeps the module loaded, since io_uring calls back into it,
+    /// Stopping the device waits for the requests, so a work item then looks again every
+    /// millisecond until the slots got back every request they lent, and finishes the release
+    /// only then, without waiting. Meanwhile it keeps the module loaded, since io_uring calls
+    /// back into it,
     /// the server stays attached (a new server cannot open `/dev/ublkcN` yet), and
     /// `UBLK_U_CMD_DEL_DEV` waits.
     pub(crate) fn release(this: Arc<Self>) {
@@ -686,8 +691,9 @@ impl UblkDevice {
             let pin = <crate::RustUblk as ModuleMetadata>::THIS_MODULE.try_get();
             if !warn_on!(pin.is_none()) {
                 *this.release_pin.lock() = pin;
+                let queue = this.release_queue.clone();
                 // A device has one opener, so the work item is not queued already.
-                let _ = workqueue::system_percpu().enqueue::<Arc<Self>, RELEASE_WORK>(this);
+                let _ = queue.enqueue::<Arc<Self>, RELEASE_WORK>(this);
                 return;
             }
         }
@@ -817,8 +823,8 @@ impl_has_work! {
     impl HasWork<Self, SCAN_WORK> for UblkDevice { self.scan_work }
 }
 
-impl_has_delayed_work! {
-    impl HasDelayedWork<Self, RELEASE_WORK> for UblkDevice { self.release_work }
+impl_has_work! {
+    impl HasWork<Self, RELEASE_WORK> for UblkDevice { self.release_work }
 }
 
 /// The identity of [`UblkDevice::scan_work`] among the work items of a device.
@@ -830,15 +836,16 @@ impl WorkItem<RELEASE_WORK> for UblkDevice {
     type Pointer = Arc<UblkDevice>;
 
     fn run(this: Arc<UblkDevice>) {
-        if teardown::any_lent(&this) {
-            // io_uring still holds requests of the device: look again in a jiffy.
-            let _ = workqueue::system_percpu().enqueue_delayed::<Arc<Self>, RELEASE_WORK>(this, 1);
-            return;
+        // io_uring holds requests of the device until it releases their buffers, which may take
+        // long: the work item runs on a queue of the module's own, which it may keep waiting.
+        while teardown::any_lent(&this) {
+            fsleep(Delta::from_millis(1));
         }
         Self::finish_release(&this);
         let pin = this.release_pin.lock().take();
         drop(this);
-        // Last: the module may go away once this is dropped.
+        // Last: the module may go away once this is dropped. Its exit destroys the queue that
+        // this runs on, which waits for this function to have returned.
         drop(pin);
     }
 }

@@ -108,8 +108,9 @@ pub(crate) struct BufRelease;
 // request was given back through `release` below. That leaves one window: between the last
 // `give_back()` and the return of `release`, the work item may see nothing lent and put the last
 // reference; the rest of `release` (dropping `queues`) and its return then run while the module
-// can be unloaded. The window is the same as at the end of any work item that puts its own
-// module's last reference, which the module's exit does not wait for either.
+// can be unloaded. (The work item's own return is waited for: it runs on the module's queue,
+// which the module's exit destroys.) io_uring gives no way to wait for a release callback to
+// return.
 unsafe impl RequestBufferRelease<DiskOps> for BufRelease {
     fn release(rq: ARef<Rq>) {
         let queues: Arc<Queues> = rq.queue_data().into();

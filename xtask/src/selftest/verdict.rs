@@ -85,6 +85,8 @@ pub(super) fn suite_results(
         }
     };
     out.push(kernel_log);
+    let log = std::fs::read_to_string(job.dmesg()).unwrap_or_default();
+    out.extend(super::kunit::boot_result(&log, prefix));
     if died.is_some() {
         println!("# console tail ({}):", job.console().display());
         for l in tail(&job.console(), 40) {
