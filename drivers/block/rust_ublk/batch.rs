@@ -35,7 +35,9 @@ use crate::{
     chardev::Cmd,
     device::{DeviceState, UblkDevice},
     dispatch,
-    io::{self, Copy, Served, RES_ABORT},
+    cmd, copy,
+    copy::Copy,
+    io::{Served, RES_ABORT},
     queue::{DiskOps, Queue, QueueState, Rq},
     slot::{describe, refuse, Held, Phase, Slot},
     uapi::{self, AutoBufReg, BatchIo, Elem, IoCmd},
@@ -214,7 +216,7 @@ pub(crate) fn uring_cmd<'a>(
     if op == uapi::U_IO_UNREGISTER_IO_BUF {
         return zerocopy::unregister_io_buf(dev, &cmd, issue_flags, &io_cmd);
     }
-    io::slot_of(dev, &io_cmd)?;
+    cmd::slot_of(dev, &io_cmd)?;
     if op != uapi::U_IO_REGISTER_IO_BUF {
         return Err(EOPNOTSUPP);
     }
@@ -255,7 +257,7 @@ fn check_header<'a>(dev: &'a UblkDevice, hdr: &BatchIo) -> Result<&'a Arc<Queue>
 }
 
 /// Returns the buffer that an element names for its io slot's next request, in the form that the
-/// slot keeps it (see [`io::buf_addr`]), with where the buffer goes on a device with
+/// slot keeps it (see [`cmd::buf_addr`]), with where the buffer goes on a device with
 /// `UBLK_F_AUTO_BUF_REG`; `EINVAL` if a device in copy mode gets no buffer.
 fn elem_buf(queue: &Queue, hdr: &BatchIo, elem: &Elem) -> Result<(u64, AutoBufReg)> {
     if queue.data.auto_buf_reg() {
@@ -421,7 +423,7 @@ fn commit_one(
     // The slot stays held while the data of a read is copied and the buffer registered
     // automatically is unregistered: nothing else moves it on meanwhile.
     let (error, bytes) =
-        io::commit_result(queue, &served, elem.result).into_result(&served, elem.buf_addr);
+        copy::commit_result(queue, &served, elem.result).into_result(&served, elem.buf_addr);
     // The buffer registered automatically goes if the commit comes through the ring it was
     // registered with: a command unregisters buffers of its own ring only. Otherwise the server
     // must unregister it itself.
@@ -462,7 +464,7 @@ fn fetch<'a>(
         return Err(RES_ABORT);
     }
 
-    cmd.write_pdu(&io::pdu(hdr.q_id, FETCH_TAG));
+    cmd.write_pdu(&crate::cmd::pdu(hdr.q_id, FETCH_TAG));
     let (fcmd, queued) = cmd.queue_cancelable(issue_flags);
     let fcmd = match MultishotCmd::new(fcmd) {
         Ok(fcmd) => fcmd,
@@ -721,22 +723,18 @@ fn deliver_tag(
     let mut part = None;
 
     if queue.data.copies() && served.op() == ReqOp::Write {
-        match io::copy_write(&served, addr) {
+        match copy::copy_write(&served, addr) {
             Copy::Whole => {}
             // The server is told about the part that could be copied; the rest is dispatched
             // again once it is done.
             Copy::Part(bytes) => part = Some(bytes),
             Copy::Nothing => {
                 // The write is dispatched again a little later, when the copy may succeed
-                // (`io::REQUEUE_DELAY_MS`), unless a buffer registered by an earlier delivery
-                // still holds it.
-                if io.is_lent() {
-                    fail_delivery(queue, io, served);
-                } else {
-                    io.end_tag_delivery();
-                    drop(io);
-                    served.requeue();
-                }
+                // (`io::REQUEUE_DELAY_MS`). A queue that copies lends nothing: no user copy or
+                // registered buffer holds the request.
+                io.end_tag_delivery();
+                drop(io);
+                served.requeue();
                 return false;
             }
             Copy::Invalid => {

@@ -14,7 +14,7 @@
 use crate::{
     batch, commit,
     control::Control,
-    device::{Server, UblkDevice},
+    device::UblkDevice,
     features::F_BATCH_IO,
     iodesc, teardown,
     uapi::{self, IoCmd},
@@ -23,7 +23,6 @@ use crate::{
 };
 use kernel::{
     chrdev::{self, CharDevice},
-    current,
     fs::{File, Kiocb},
     io_uring::{IoUringCmd, IoUringCmdCancel, IssueFlags, Issued},
     iov::{IovIterDest, IovIterSource},
@@ -76,20 +75,7 @@ impl CharDevice for CharDev {
     fn open(_file: &File, data: &CharDevData) -> Result<Arc<UblkDevice>> {
         let dev = &data.0;
         let mut state = dev.state.lock();
-        // One opener at a time.
-        if matches!(state.server, Server::Attached { .. }) {
-            return Err(EBUSY);
-        }
-        // Deleted devices are not served any more, even if a file of theirs was looked up
-        // before the deletion.
-        if state.deleted {
-            return Err(ENXIO);
-        }
-        state.server = Server::Attached {
-            tgid: current!().tgid(),
-            nr_fetched: 0,
-            trusted: true,
-        };
+        state.attach_server()?;
         if let Some(u) = &dev.queues.unprivileged {
             u.set_server();
         }

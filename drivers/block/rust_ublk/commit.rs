@@ -9,7 +9,9 @@
 use crate::{
     chardev::Cmd,
     device::UblkDevice,
-    io::{buf_addr, check_buf, commit_result, copy_write, pdu, slot_of, Copy, Served, RES_ABORT},
+    cmd::{buf_addr, check_buf, pdu, slot_of},
+    copy::{commit_result, copy_write, Copy},
+    io::{Served, RES_ABORT},
     queue::{Queue, QueueState},
     slot::{Held, Phase, Slot},
     uapi::{AutoBufReg, IoCmd},

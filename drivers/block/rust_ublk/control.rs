@@ -13,7 +13,7 @@ use crate::{
     chardev::{self, CharDev},
     device::UblkDevice,
     features::*,
-    params::{self, Params},
+    params,
     shmem,
     uapi::{self, CtrlCmd, DevInfo},
     unpriv::{self, Owner},
@@ -466,7 +466,7 @@ fn del_dev(ctl: &Control, dev: &Arc<UblkDevice>, wait: bool) -> Result {
     // From now on no server attaches (`open` refuses a deleted device under the device lock), and
     // no `UBLK_U_CMD_START_DEV` makes the device live again, which the stop below could not undo:
     // one that waits for a server gives up.
-    dev.state.lock().deleted = true;
+    dev.state.lock().mark_deleted();
     dev.ready.notify_all();
     UblkDevice::stop(dev);
     {
@@ -562,7 +562,7 @@ fn set_params(dev: &UblkDevice, header: &CtrlCmd) -> Result {
         return Err(EACCES);
     }
     if let Err(e) = read {
-        state.params = Params::new();
+        state.params.clear();
         return Err(e);
     }
     let max_io_buf_bytes = state.info.max_io_buf_bytes;

@@ -20,7 +20,7 @@ use kernel::{
     sync::{
         aref::ARef,
         atomic::{Atomic, Relaxed},
-        Arc, CondVar, Mutex, MutexGuard, SpinLock,
+        rcu, Arc, CondVar, Mutex, MutexGuard, SpinLock,
     },
     task::Pid,
     warn_on,
@@ -105,7 +105,7 @@ pub(crate) struct DeviceState {
     stopping: u32,
     /// Whether the device was deleted (`UBLK_U_CMD_DEL_DEV`): `/dev/ublkcN` cannot be opened any
     /// more.
-    pub(crate) deleted: bool,
+    deleted: bool,
     /// Whether `/dev/ublkcN` was removed and released: the last file of it was closed, and its
     /// char device and `struct device` are freed ([`crate::chardev::CharDevData`]).
     pub(crate) char_dev_released: bool,
@@ -195,6 +195,25 @@ impl DeviceState {
         }
     }
 
+    /// The current process opened `/dev/ublkcN`: it is the server from now on. `EBUSY` if a
+    /// server has it open already (one opener at a time), `ENXIO` if the device was deleted
+    /// (deleted devices are not served any more, even if a file of theirs was looked up before
+    /// the deletion).
+    pub(crate) fn attach_server(&mut self) -> Result {
+        if matches!(self.server, Server::Attached { .. }) {
+            return Err(EBUSY);
+        }
+        if self.deleted {
+            return Err(ENXIO);
+        }
+        self.server = Server::Attached {
+            tgid: current!().tgid(),
+            nr_fetched: 0,
+            trusted: true,
+        };
+        Ok(())
+    }
+
     /// Forgets the server and the io slots it fetched.
     fn detach_server(&mut self) {
         self.server = Server::Detached;
@@ -207,6 +226,11 @@ impl DeviceState {
     /// is freed, so that its number can go to another device.
     pub(crate) fn is_released(&self) -> bool {
         self.char_dev_released && matches!(self.server, Server::Detached)
+    }
+
+    /// The device is deleted: no server attaches from now on, and it is never started again.
+    pub(crate) fn mark_deleted(&mut self) {
+        self.deleted = true;
     }
 
     /// Returns how many io slots the server fetched.
@@ -535,9 +559,14 @@ impl UblkDevice {
     ///
     /// New requests wait from now on; the server's waiting commands complete with
     /// `UBLK_IO_RES_ABORT`, and so do those it sends from then on; once it closed `/dev/ublkcN`,
-    /// the device is quiesced (`UBLK_S_DEV_QUIESCED`). The errnos are those of ublk_drv: `EINTR` on
-    /// a pending signal and `EBUSY` for a timeout of no time (without batch io): requests then
-    /// wait until the server goes away.
+    /// the device is quiesced (`UBLK_S_DEV_QUIESCED`).
+    ///
+    /// It does not wait for each queue to have a fetch command that waits for a request (every
+    /// command of the server gets `UBLK_IO_RES_ABORT`, at once or at its next commit), so a
+    /// timeout that runs out does not fail it with `EBUSY` as with ublk_drv, whose server would
+    /// not be told otherwise. What it keeps of that wait are the answers that come without
+    /// waiting: `EINTR` on a pending signal, and `EBUSY` for a timeout of no time (without batch
+    /// io), after which requests wait until the server goes away.
     pub(crate) fn quiesce(this: &Arc<Self>, timeout_ms: u64) -> Result {
         if this.flags & F_QUIESCE == 0 {
             return Err(EOPNOTSUPP);
@@ -560,10 +589,9 @@ impl UblkDevice {
             *this.canceled.lock() = true;
             teardown::start_cancel(this);
         }
-        // ublk_drv waits here until each queue has a fetch command that waits for a request,
-        // to tell the server through it. Here every command of the server gets
-        // `UBLK_IO_RES_ABORT`: those that wait now below, the others at their next commit, since
-        // the queues are no longer served. What is left of the wait is its errnos.
+        // The server learns through its commands that it must go: each gets `UBLK_IO_RES_ABORT`,
+        // those that wait now below, the others at their next commit, since the queues are no
+        // longer served. So nothing is waited for, but the answers that need no wait (see above).
         if this.queues.iter().all(|q| q.events.is_none()) {
             if current!().signal_pending() {
                 return Err(EINTR);
@@ -841,6 +869,10 @@ impl WorkItem<RELEASE_WORK> for UblkDevice {
         while teardown::any_lent(&this) {
             fsleep(Delta::from_millis(1));
         }
+        // The callback that gave the last request back may still be running, in the module's
+        // code: it does not sleep from there on (see `zerocopy::BufRelease`), so no task is in it
+        // any more once every task switched context voluntarily.
+        rcu::synchronize_rcu_tasks();
         Self::finish_release(&this);
         let pin = this.release_pin.lock().take();
         drop(this);

@@ -13,7 +13,9 @@
 //! them all. The chain lives in the slots, so a batch allocates nothing.
 
 use crate::{
-    io::{copy_write, pdu_tag, Copy, Served, RES_ABORT},
+    cmd::pdu_tag,
+    copy::{copy_write, Copy},
+    io::{Served, RES_ABORT},
     queue::{DiskOps, Queue, QueueState, Rq},
     slot::{describe, refuse, Handed, Held, Phase},
     uapi, zerocopy, zoned,

@@ -65,27 +65,23 @@
 //! Requests end in [`Ending::end`] (directly, or through [`Served::finish`]): inline, or, with
 //! `UBLK_F_SUPPORT_RQ_AFFINITY`, through `blk_mq_complete_request_remote()` so that the queue's
 //! `rq_affinity` picks the CPU. Every way a request can end goes through it, errors, aborts, the
-//! last user copy and the release of the last registered buffer included (but for a request of
-//! a hardware queue that the device does not have, which cannot happen), or through
-//! [`end_lost`], which ends the requests whose completion was dropped the same way.
+//! last user copy and the release of the last registered buffer included, or through
+//! [`end_lost`] and [`fail_unserved`], which end requests that no io slot holds the same way.
 
 use crate::{
-    device::UblkDevice,
     queue::{DiskOps, Queue, Rq},
     shmem,
     slot::Slot,
-    uapi::{AutoBufReg, IoCmd},
 };
 use core::{mem::ManuallyDrop, ptr::NonNull};
 use kernel::{
     block::{
         mq::{CompletionBatch, Request},
-        BlkStatus, ReqOp, SECTOR_SHIFT,
+        BlkStatus, ReqOp,
     },
     bottom_half::{local_bh_disable, LocalBhDisabled},
     prelude::*,
-    sync::{aref::ARef, atomic::Relaxed, Arc},
-    uaccess::{UserPtr, UserSlice},
+    sync::{aref::ARef, atomic::Relaxed},
     warn_on,
 };
 
@@ -116,15 +112,41 @@ pub(crate) struct Served {
     lent: bool,
     /// The bytes of the request that the server was told about: fewer than the request has if
     /// the data of a write could only be copied in part.
-    pub(crate) len: u32,
+    len: u32,
     /// Where the data lies in a buffer that the server registered, if it does, as the io
     /// descriptor gives it (`UBLK_IO_F_SHMEM_ZC`): the driver then copies none of it.
-    pub(crate) shmem: Option<u64>,
+    shmem: Option<u64>,
     /// Whether the request is of a zoned device, whose requests may be zone operations.
     zoned: bool,
 }
 
 impl Served {
+    /// Returns the bytes of the request that the server is told about.
+    #[inline]
+    pub(crate) fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// The server is told about all the bytes of the request (a delivery, again from the start).
+    #[inline]
+    pub(crate) fn tell_all(&mut self) {
+        self.len = self.nr_bytes();
+    }
+
+    /// The server is told about the first `bytes` of the request only: the data of a write
+    /// could only be copied in part.
+    #[inline]
+    pub(crate) fn tell_part(&mut self, bytes: u32) {
+        self.len = bytes;
+    }
+
+    /// Returns where the data lies in a buffer that the server registered (`UBLK_F_SHMEM_ZC`),
+    /// if it does.
+    #[inline]
+    pub(crate) fn shmem(&self) -> Option<u64> {
+        self.shmem
+    }
+
     /// Takes the request that blk-mq queued, and looks for its data in the buffers that the
     /// server registered (`UBLK_F_SHMEM_ZC`).
     #[inline]
@@ -342,62 +364,6 @@ impl Ending {
     }
 }
 
-/// The pdu of the driver's commands: the queue and the tag of their io slot.
-pub(crate) fn pdu(q_id: u16, tag: u16) -> u32 {
-    (u32::from(q_id) << 16) | u32::from(tag)
-}
-
-pub(crate) fn pdu_tag(pdu: u32) -> usize {
-    (pdu & 0xffff) as usize
-}
-
-pub(crate) fn pdu_queue(pdu: u32) -> usize {
-    (pdu >> 16) as usize
-}
-
-/// How much of a write's data [`copy_write`] copied to the server's buffer.
-#[derive(Clone, Copy)]
-pub(crate) enum Copy {
-    /// All of it.
-    Whole,
-    /// This many bytes, a whole number of sectors: a fault ended the copy.
-    Part(u32),
-    /// Not a sector: a fault ended the copy.
-    Nothing,
-    /// None: the buffer's address range is not one of user memory.
-    Invalid,
-}
-
-/// Copies the data of the write `rq` to the server's buffer at `addr`, unless it lies in a
-/// registered buffer already.
-pub(crate) fn copy_write(rq: &Served, addr: u64) -> Copy {
-    if rq.shmem.is_some() {
-        return Copy::Whole;
-    }
-    let len = rq.nr_bytes();
-    // A fault ends the copy, and what was copied before it counts.
-    let copied = match UserSlice::new(UserPtr::from_addr(addr as usize), len as usize)
-        .with_iov_dest(|dest| rq.copy_to_iter(0, dest))
-    {
-        Ok(Ok(copied)) => copied,
-        Ok(Err(_)) => 0,
-        // An address that cannot be a user buffer does not become one later: unlike ublk_drv,
-        // which retries such a write forever, fail it.
-        Err(_) => return Copy::Invalid,
-    };
-    // CAST: `copied` is at most `len`, a `u32`.
-    let copied = copied as u32;
-    // Only whole sectors go to the server.
-    let sectors = copied >> SECTOR_SHIFT;
-    if copied == len {
-        Copy::Whole
-    } else if sectors == 0 {
-        Copy::Nothing
-    } else {
-        Copy::Part(sectors << SECTOR_SHIFT)
-    }
-}
-
 /// Ends `rq`, the only reference to the request, with the result recorded: inline, or through
 /// `blk_mq_complete_request_remote()` if the queue honours `rq_affinity`.
 ///
@@ -431,6 +397,11 @@ fn route_end(
     } else {
         end_request(rq, error, bytes, &bh, batch);
     }
+}
+
+/// Fails `rq`, a request of `queue` that no io slot holds, with `error`.
+pub(crate) fn fail_unserved(queue: &Queue, rq: ARef<Rq>, error: Error) {
+    route_end(queue, rq, error.to_errno(), 0, None);
 }
 
 /// Fails `rq` of `queue`, whose completion the fault injection dropped ([`Ending::end`]) and
@@ -495,113 +466,5 @@ pub(crate) unsafe fn give_back(queue: &Queue, slot: &Slot) {
     let parked = unsafe { slot.give_back() };
     if let Some(parked) = parked {
         parked.end(queue);
-    }
-}
-
-/// Returns the queue of an io command, checked against the device, and its io slot.
-pub(crate) fn slot_of<'a>(
-    dev: &'a UblkDevice,
-    io_cmd: &IoCmd,
-) -> Result<(&'a Arc<Queue>, &'a Slot)> {
-    let queue = dev.queues.get(io_cmd.q_id.into())?;
-    if io_cmd.tag >= dev.depth {
-        return Err(EINVAL);
-    }
-    let slot = queue.slot(io_cmd.tag.into()).ok_or(EINVAL)?;
-    Ok((queue, slot))
-}
-
-/// Returns the buffer address that the io descriptors of a slot's requests give the server: the one
-/// that the fetch or commit command named, or, with `UBLK_F_AUTO_BUF_REG`, where their buffer is
-/// registered, in the encoding of the SQE's `addr`.
-pub(crate) fn buf_addr(queue: &Queue, io_cmd: &IoCmd, auto_reg: AutoBufReg) -> u64 {
-    if queue.data.auto_buf_reg() {
-        auto_reg.to_sqe_addr()
-    } else {
-        io_cmd.addr
-    }
-}
-
-/// Checks the buffer address of a fetch command, or of the commit of a request of operation `op`:
-/// none where the server reaches the data itself (user copy, zero copy, automatic buffer
-/// registration), but for the commit of a zone append, whose `addr` says where its data landed;
-/// in copy mode, the buffer of the request's data, which may be left out where
-/// `UBLK_F_NEED_GET_DATA` asks for it later (not for a read, whose data the commit copies from
-/// it). Anything else is `EINVAL`.
-pub(crate) fn check_buf(queue: &Queue, addr: u64, op: Option<ReqOp>) -> Result {
-    let ok = if !queue.data.copies() {
-        // But for a zone append, whose commit says where its data landed.
-        addr == 0 || op == Some(ReqOp::ZoneAppend)
-    } else {
-        addr != 0 || (queue.data.needs_get_data() && op != Some(ReqOp::Read))
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err(EINVAL)
-    }
-}
-
-/// The result of a commit, as [`commit_result`] finds it.
-pub(crate) enum Committed {
-    /// The request ends with this errno (0 or negative) and these bytes.
-    Done(i32, u32),
-    /// In copy mode, the data of a read is to be copied from the server's buffer first, up to
-    /// this many bytes ([`Committed::into_result`]). The copy may fault: the holder of the slot
-    /// does it.
-    CopyRead(u32),
-}
-
-impl Committed {
-    /// Returns the result with which the request ends, copying the data of a read from the
-    /// server's buffer at `addr` first if that is what is left to do.
-    #[inline]
-    pub(crate) fn into_result(self, served: &Served, addr: u64) -> (i32, u32) {
-        let len = match self {
-            Committed::Done(error, bytes) => return (error, bytes),
-            Committed::CopyRead(len) => len,
-        };
-        // A fault ends the copy; what was copied before it makes a short read.
-        let copied = UserSlice::new(UserPtr::from_addr(addr as usize), len as usize)
-            .with_iov_source(|src| served.copy_from_iter(0, src))
-            .and_then(|copied| copied)
-            .unwrap_or(0);
-        // CAST: `copied` is at most `len`, a `u32`.
-        let copied = copied as u32;
-        if copied == 0 {
-            (EIO.to_errno(), 0)
-        } else {
-            (0, copied)
-        }
-    }
-}
-
-/// Returns the result with which `served` ends, the server having committed it with `result`
-/// (`__ublk_complete_rq()`): 0 or a negative errno, and the bytes transferred; or, for a read in
-/// copy mode, that its data is to be copied from the server's buffer first.
-pub(crate) fn commit_result(queue: &Queue, served: &Served, result: i32) -> Committed {
-    let len = served.len;
-    if result < 0 {
-        // Any negative value fails the request; one that is not an errno fails it with `EIO`.
-        let error = Error::try_from_errno(result).unwrap_or(EIO);
-        Committed::Done(error.to_errno(), 0)
-    } else if served.op() == ReqOp::Read && result == 0 {
-        // Nothing read fails the read.
-        Committed::Done(EIO.to_errno(), 0)
-    } else if !queue.data.copies() || served.shmem.is_some() {
-        // A read or a write whose data the server copied itself, or reached through a registered
-        // buffer, ends whole: the result is not a byte count there.
-        Committed::Done(0, served.nr_bytes())
-    } else if served.op() == ReqOp::Read {
-        // CAST: `result` is not negative.
-        Committed::CopyRead((result as u32).min(len))
-    } else if served.op() == ReqOp::Write {
-        // The result of a write is not a byte count: the server wrote what it was told about,
-        // `len`, all of the request unless its data could only be copied in part. Then only that
-        // part ends, and the rest is dispatched again (`end_request`), where ublk_drv ends the
-        // whole write and loses the tail that was not copied.
-        Committed::Done(0, len)
-    } else {
-        Committed::Done(0, served.nr_bytes())
     }
 }

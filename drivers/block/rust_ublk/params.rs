@@ -154,6 +154,11 @@ impl Params {
         }
     }
 
+    /// Forgets every parameter, as a new device has none.
+    pub(crate) fn clear(&mut self) {
+        *self = Self::new();
+    }
+
     fn get<T: Field>(&self, off: usize) -> T {
         T::at(&self.raw, off)
     }

@@ -476,6 +476,21 @@ impl Queues {
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Arc<Queue>> {
         self.queues.iter()
     }
+
+    /// Fails `rq`, a request of a hardware queue that the device does not have, with `error`,
+    /// as any request of the device ends (its queues all end requests alike). Never happens: the
+    /// tag set has a hardware queue per queue. Gives the request back if the device has no queue
+    /// at all (never either).
+    fn fail_unqueued(&self, rq: ARef<Rq>, error: Error) -> Result<(), (ARef<Rq>, Error)> {
+        warn_on!(true);
+        match self.queues.first() {
+            Some(queue) => {
+                io::fail_unserved(queue, rq, error);
+                Ok(())
+            }
+            None => Err((rq, error)),
+        }
+    }
 }
 
 /// What a request carries from the server's commit to the end of the request, which may run on
@@ -538,7 +553,7 @@ impl mq::Operations for DiskOps {
     ) -> Result<(), (ARef<Rq>, Error)> {
         let queue = match queues.get(rq.queue_index() as usize) {
             Ok(queue) => queue,
-            Err(e) => return Err((rq, e)),
+            Err(e) => return queues.fail_unqueued(rq, e),
         };
         if queue.events.is_some() {
             batch::queue_rq(queue, rq, is_last);
@@ -570,11 +585,12 @@ impl mq::Operations for DiskOps {
                     }
                 }
                 Ok(queue) => dispatch::dispatch(queue, rq, &mut batch),
-                // The tag set has a hardware queue per ublk queue.
                 Err(e) => {
-                    warn_on!(true);
-                    let bh = local_bh_disable();
-                    io::end_request(rq, e.to_errno(), 0, &bh, None);
+                    if let Err((rq, e)) = queues.fail_unqueued(rq, e) {
+                        // A device has a queue.
+                        let bh = local_bh_disable();
+                        io::end_request(rq, e.to_errno(), 0, &bh, None);
+                    }
                 }
             }
         }

@@ -84,6 +84,10 @@
 //!    a request that timed out kills. Taken under the device lock by `open` and `release` of
 //!    `/dev/ublkcN`, or alone by blk-mq's timeout work; innermost: the process is signalled, and
 //!    references to tasks are put, after it is dropped.
+//! 9. `Queue::lost` (spinlock, one per queue): the reads whose completion the fault injection
+//!    dropped, until their timer expires or the server goes away. Taken alone, by the end of such
+//!    a read, the timeout work and the teardown; innermost: the requests it gives out are failed
+//!    after it is dropped.
 //!
 //! An io slot ([`slot::Slot`]) is not a lock, and nothing waits for it: its holders (blk-mq's
 //! `queue_rq`, the server's commands and their task work, cancellation and teardown) may take
@@ -104,8 +108,10 @@ use kernel::{
 
 mod batch;
 mod chardev;
+mod cmd;
 mod commit;
 mod control;
+mod copy;
 mod device;
 mod dispatch;
 mod features;

@@ -401,7 +401,7 @@ impl Io {
         let mut served = self.served.take()?;
         // INVARIANT: `Delivering` holds no request: it is taken.
         self.phase = Phase::Delivering;
-        served.len = served.nr_bytes();
+        served.tell_all();
         if let Some(desc) = describe(&served, self.addr) {
             self.desc.write(&desc);
         }
@@ -420,7 +420,7 @@ impl Io {
     /// server's buffer: the server is told about that part only, and the rest is dispatched
     /// again once it is done.
     fn serve_part(&mut self, mut served: Served, bytes: u32) {
-        served.len = bytes;
+        served.tell_part(bytes);
         self.desc.set_nr_sectors(bytes >> SECTOR_SHIFT);
         self.serve(served);
     }
@@ -451,7 +451,7 @@ impl Io {
         self.addr = addr;
         // The descriptor of a write whose data lies in a registered buffer keeps naming that
         // buffer: it says `UBLK_IO_F_SHMEM_ZC`.
-        if served.shmem.is_none() {
+        if served.shmem().is_none() {
             self.desc.set_addr(addr);
         }
         match part {
@@ -1321,11 +1321,6 @@ impl<'a> Held<'a> {
         }
     }
 
-    /// Returns whether user copies or registered buffers hold the slot's request.
-    pub(crate) fn is_lent(&self) -> bool {
-        self.slot.is_lent()
-    }
-
     /// Deals with `served`, the request of the slot, which no server takes (`__ublk_abort_rq()`,
     /// `__ublk_fail_req()`): puts it aside for the next server, or records its failure and
     /// returns it to be ended now, unless it is lent (then the last borrower ends it). `owned`
@@ -1444,13 +1439,13 @@ pub(crate) fn describe(rq: &Served, addr: u64) -> Option<IoDesc> {
     if rq.has_integrity() {
         op_flags |= uapi::IO_F_INTEGRITY;
     }
-    if rq.shmem.is_some() {
+    if rq.shmem().is_some() {
         op_flags |= uapi::IO_F_SHMEM_ZC;
     }
     Some(IoDesc {
         op_flags,
         nr_sectors,
         start_sector,
-        addr: rq.shmem.unwrap_or(addr),
+        addr: rq.shmem().unwrap_or(addr),
     })
 }

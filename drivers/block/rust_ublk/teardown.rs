@@ -11,7 +11,8 @@
 use crate::{
     batch,
     device::UblkDevice,
-    io::{end_lost, pdu_queue, pdu_tag, RES_ABORT},
+    cmd::{pdu_queue, pdu_tag},
+    io::{end_lost, RES_ABORT},
     queue::QueueState,
     slot::Phase,
 };

@@ -20,6 +20,7 @@
 
 use crate::{
     chardev::Cmd,
+    cmd,
     device::UblkDevice,
     features::F_SUPPORT_ZERO_COPY,
     io,
@@ -56,7 +57,7 @@ pub(crate) fn register_io_buf<'a>(
     issue_flags: IssueFlags<'a>,
     io_cmd: &IoCmd,
 ) -> Result<Issued<'a>> {
-    let (queue, slot) = io::slot_of(dev, io_cmd)?;
+    let (queue, slot) = cmd::slot_of(dev, io_cmd)?;
     if slot.is_own_thread() {
         slot.check_owner()?;
         // A write whose buffer the server was asked for takes `UBLK_U_IO_NEED_GET_DATA`.
@@ -105,12 +106,12 @@ pub(crate) struct BufRelease;
 // only a command on an open `/dev/ublkcN` registers one. While that file is open, it holds a
 // reference to the module (its `owner`); when it is released with requests still lent,
 // `UblkDevice::release` takes a reference to the module, which its work item puts once every lent
-// request was given back through `release` below. That leaves one window: between the last
-// `give_back()` and the return of `release`, the work item may see nothing lent and put the last
-// reference; the rest of `release` (dropping `queues`) and its return then run while the module
-// can be unloaded. (The work item's own return is waited for: it runs on the module's queue,
-// which the module's exit destroys.) io_uring gives no way to wait for a release callback to
-// return.
+// request was given back through `release` below, and one grace period of RCU Tasks after that:
+// from its `give_back()` on, `release` does not sleep (it ends a parked request with bottom halves
+// disabled, and drops a reference to the queues, which the device that the work item holds keeps
+// too), so once every task switched context voluntarily, none is still running `release`. The
+// work item's own return is waited for by the module's exit, which destroys the queue that it
+// runs on.
 unsafe impl RequestBufferRelease<DiskOps> for BufRelease {
     fn release(rq: ARef<Rq>) {
         let queues: Arc<Queues> = rq.queue_data().into();
@@ -127,6 +128,8 @@ unsafe impl RequestBufferRelease<DiskOps> for BufRelease {
             warn_on!(true);
             return;
         };
+        // From here on nothing may sleep: the module may only be held by the grace period of RCU
+        // Tasks that the release of `/dev/ublkcN` waits for (see the SAFETY comment above).
         // SAFETY: A registered buffer holds one reference lent from the slot of its request
         // (`Slot::lend` in `register_io_buf`, `Held::lend_auto` in the automatic registration),
         // which io_uring hands back here once, and which was dropped above.
