@@ -33,10 +33,10 @@
 
 use crate::{
     chardev::Cmd,
-    device::{DeviceState, UblkDevice},
-    dispatch,
     cmd, copy,
     copy::Copy,
+    device::{DeviceState, UblkDevice},
+    dispatch,
     io::{Served, RES_ABORT},
     queue::{DiskOps, Queue, QueueState, Rq},
     slot::{describe, refuse, Held, Phase, Slot},

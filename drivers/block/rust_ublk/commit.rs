@@ -8,9 +8,9 @@
 
 use crate::{
     chardev::Cmd,
-    device::UblkDevice,
     cmd::{buf_addr, check_buf, pdu, slot_of},
     copy::{commit_result, copy_write, Copy},
+    device::UblkDevice,
     io::{Served, RES_ABORT},
     queue::{Queue, QueueState},
     slot::{Held, Phase, Slot},

@@ -13,8 +13,7 @@ use crate::{
     chardev::{self, CharDev},
     device::UblkDevice,
     features::*,
-    params,
-    shmem,
+    params, shmem,
     uapi::{self, CtrlCmd, DevInfo},
     unpriv::{self, Owner},
 };

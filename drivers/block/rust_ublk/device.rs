@@ -3,7 +3,9 @@
 //! A ublk device: its configuration, its state, and starting and stopping its disk.
 
 use crate::{
-    features::{F_NO_AUTO_PART_SCAN, F_QUIESCE, F_USER_RECOVERY},
+    features::{
+        F_AUTO_BUF_REG, F_NO_AUTO_PART_SCAN, F_QUIESCE, F_SUPPORT_ZERO_COPY, F_USER_RECOVERY,
+    },
     params::{self, Params},
     queue::{self, DiskOps, Queue, QueueState, Queues},
     shmem, teardown,
@@ -23,8 +25,8 @@ use kernel::{
         rcu, Arc, CondVar, Mutex, MutexGuard, SpinLock,
     },
     task::Pid,
+    time::{msecs_to_jiffies, Jiffies},
     warn_on,
-    time::{delay::fsleep, Delta},
     workqueue::{self, impl_has_work, new_work, OwnedQueue, Work, WorkItem},
     ModuleMetadata, ModuleRef,
 };
@@ -312,8 +314,8 @@ pub(crate) struct UblkDevice {
     release_work: Work<UblkDevice, RELEASE_WORK>,
     /// The queue that `release_work` runs on: the module's, destroyed when the module goes
     /// ([`crate::control::Control`]), which waits for the work item to have returned. The
-    /// module's reference to it outlives every device that may run the work item: the work item
-    /// holds the module until it returns.
+    /// module's own reference to it is never the last one that `release_work` puts: the work
+    /// item drops its reference to the device before the module reference it holds.
     release_queue: Arc<OwnedQueue>,
     /// The tag set of the device's disk.
     pub(crate) tag_set: Arc<TagSet<DiskOps>>,
@@ -704,12 +706,17 @@ impl UblkDevice {
     /// A request whose data is still registered as a buffer of one of the server's rings ends
     /// only once io_uring releases the buffer: possibly when the task that closed the file, which
     /// is in this function, tears the ring down, or never, if the ring outlives the server.
-    /// Stopping the device waits for the requests, so a work item then looks again every
-    /// millisecond until the slots got back every request they lent, and finishes the release
-    /// only then, without waiting. Meanwhile it keeps the module loaded, since io_uring calls
-    /// back into it,
-    /// the server stays attached (a new server cannot open `/dev/ublkcN` yet), and
+    /// Stopping the device waits for the requests, so a work item then looks again, at growing
+    /// intervals, until the slots got back every request they lent, and finishes the release
+    /// only then. Meanwhile it keeps the module loaded, since io_uring calls back into it, the
+    /// server stays attached (a new server cannot open `/dev/ublkcN` yet), and
     /// `UBLK_U_CMD_DEL_DEV` waits.
+    ///
+    /// The callback through which io_uring gives back the last of them may still be running
+    /// when the slots have them all back, in the module's code ([`crate::zerocopy::BufRelease`]).
+    /// Before the module's reference goes (the file's, or the work item's), one grace period of
+    /// RCU Tasks makes sure that it returned: from the give-back on it does not sleep. A device
+    /// that registers no buffers has no such callback.
     pub(crate) fn release(this: Arc<Self>) {
         // From now on requests fail, or wait for a new server.
         teardown::start_cancel(&this);
@@ -724,6 +731,9 @@ impl UblkDevice {
                 let _ = queue.enqueue::<Arc<Self>, RELEASE_WORK>(this);
                 return;
             }
+        }
+        if this.flags & (F_SUPPORT_ZERO_COPY | F_AUTO_BUF_REG) != 0 {
+            rcu::synchronize_rcu_tasks();
         }
         Self::finish_release(&this);
     }
@@ -865,9 +875,17 @@ impl WorkItem<RELEASE_WORK> for UblkDevice {
 
     fn run(this: Arc<UblkDevice>) {
         // io_uring holds requests of the device until it releases their buffers, which may take
-        // long: the work item runs on a queue of the module's own, which it may keep waiting.
+        // long, or never happen: look again after a wait that doubles up to a tenth of a second.
+        // The wait is interruptible (a kernel thread gets no signal), so that a ring that keeps
+        // its buffers does not count as load; the work item runs on a queue of the module's own,
+        // which nothing else waits behind. Spurious wake-ups of `ready` only look again sooner.
+        let most: Jiffies = msecs_to_jiffies(100).max(1);
+        let mut wait: Jiffies = 1;
         while teardown::any_lent(&this) {
-            fsleep(Delta::from_millis(1));
+            let mut pin = this.release_pin.lock();
+            let _ = this.ready.wait_interruptible_timeout(&mut pin, wait);
+            drop(pin);
+            wait = wait.saturating_mul(2).min(most);
         }
         // The callback that gave the last request back may still be running, in the module's
         // code: it does not sleep from there on (see `zerocopy::BufRelease`), so no task is in it

@@ -374,9 +374,10 @@ impl Queue {
         self.state.xchg(state, Full);
     }
 
-    /// The server is going away: requests fail from now on, or wait for the next server, unless
-    /// the device is stopped, which fails them already.
-    pub(crate) fn fail_requests(&self) {
+    /// The server is going away: the queue is not served from now on (`Dead`), unless it is
+    /// stopped already. Its requests then fail, or wait for the next server, as the device's
+    /// recovery says.
+    pub(crate) fn lose_server(&self) {
         let _ = self
             .state
             .cmpxchg(QueueState::Serving, QueueState::Dead, Full);

@@ -10,8 +10,8 @@
 
 use crate::{
     batch,
-    device::UblkDevice,
     cmd::{pdu_queue, pdu_tag},
+    device::UblkDevice,
     io::{end_lost, RES_ABORT},
     queue::QueueState,
     slot::Phase,
@@ -77,7 +77,7 @@ fn wait_for_holders() {
 /// server.
 pub(crate) fn start_cancel(dev: &UblkDevice) {
     for queue in dev.queues.iter() {
-        queue.fail_requests();
+        queue.lose_server();
     }
 }
 

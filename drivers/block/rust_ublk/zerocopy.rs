@@ -58,11 +58,13 @@ pub(crate) fn register_io_buf<'a>(
     io_cmd: &IoCmd,
 ) -> Result<Issued<'a>> {
     let (queue, slot) = cmd::slot_of(dev, io_cmd)?;
+    // The errnos of `Slot::check_owner`, with the phase read once.
     if slot.is_own_thread() {
-        slot.check_owner()?;
-        // A write whose buffer the server was asked for takes `UBLK_U_IO_NEED_GET_DATA`.
-        if slot.phase() == Some(Phase::NeedGetData) {
-            return Err(EINVAL);
+        match slot.phase() {
+            Some(Phase::Serving) => {}
+            // A write whose buffer the server was asked for takes `UBLK_U_IO_NEED_GET_DATA`.
+            Some(Phase::NeedGetData) => return Err(EINVAL),
+            _ => return Err(EBUSY),
         }
     }
     if !queue.data.zero_copy() {
@@ -104,14 +106,14 @@ pub(crate) struct BufRelease;
 
 // SAFETY: A registration lends a request of an io slot (`Slot::lend`, `Held::lend_auto`), and
 // only a command on an open `/dev/ublkcN` registers one. While that file is open, it holds a
-// reference to the module (its `owner`); when it is released with requests still lent,
-// `UblkDevice::release` takes a reference to the module, which its work item puts once every lent
-// request was given back through `release` below, and one grace period of RCU Tasks after that:
-// from its `give_back()` on, `release` does not sleep (it ends a parked request with bottom halves
-// disabled, and drops a reference to the queues, which the device that the work item holds keeps
-// too), so once every task switched context voluntarily, none is still running `release`. The
-// work item's own return is waited for by the module's exit, which destroys the queue that it
-// runs on.
+// reference to the module (its `owner`). When it is released, `UblkDevice::release` keeps the
+// module until every lent request was given back through `release` below (with requests still
+// lent, a work item holds a reference to the module until then), and one grace period of RCU
+// Tasks after that: from its `give_back()` on, `release` does not sleep (it ends a parked request
+// with bottom halves disabled, and drops a reference to the queues, which the device keeps too;
+// the driver is not built with `CONFIG_PREEMPT_RT`, where spinlocks sleep), so once every task
+// switched context voluntarily, none is still running it. The work item's own return is waited
+// for by the module's exit, which destroys the queue that it runs on.
 unsafe impl RequestBufferRelease<DiskOps> for BufRelease {
     fn release(rq: ARef<Rq>) {
         let queues: Arc<Queues> = rq.queue_data().into();

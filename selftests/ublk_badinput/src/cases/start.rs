@@ -62,6 +62,80 @@ fn start_dev_server_own_pid_from_parent_namespace(env: &mut Env) -> Result<Got> 
     with_server_in_new_pid_ns(env, |env, dev, _| start_dev(env, dev, 1))
 }
 
+/// The server runs in the caller's pid namespace, and GET_DEV_INFO comes
+/// from a child pid namespace, which cannot see it: the driver reports no
+/// server (-1), as ublk_drv does (`task_tgid_vnr()` is 0 there).
+fn get_dev_info_from_pid_namespace_without_server(env: &mut Env) -> Result<Got> {
+    let mut s = Server::new(env, 1)?;
+    s.start_setup(env)?;
+    let seen = server_pid_in_info(env, s.dev)?;
+    if seen != std::process::id() as i32 {
+        bail!("GET_DEV_INFO in the server's pid namespace: ublksrv_pid {seen}, not ours");
+    }
+    let seen = pid_in_info_from_new_pid_ns(s.dev)?;
+    if seen != -1 {
+        bail!("GET_DEV_INFO in a child pid namespace: ublksrv_pid {seen}, not -1");
+    }
+    Ok(Got::Res(0))
+}
+
+/// The `ublksrv_pid` that GET_DEV_INFO of `dev` reports to a process that
+/// is the first of a new pid namespace (`i32::MIN` if the command failed).
+fn pid_in_info_from_new_pid_ns(dev: Dev) -> Result<i32> {
+    let (from_rd, from_wr) = pipe()?;
+    // SAFETY: a raw clone without a new stack is a fork (x86-64 argument
+    // order); the cases run on one thread, and the child leaves with _exit,
+    // never returning into this code or its destructors.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (libc::CLONE_NEWPID | libc::SIGCHLD) as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
+    if pid < 0 {
+        bail!(
+            "setup: clone(CLONE_NEWPID): errno {}",
+            crate::chardev::errno()
+        );
+    }
+    if pid == 0 {
+        drop(from_rd);
+        let seen = std::panic::catch_unwind(|| {
+            Ctrl::open()
+                .and_then(|ctrl| server_pid_in_info(&mut Env::new(ctrl), dev))
+                .unwrap_or(i32::MIN)
+        })
+        .unwrap_or(i32::MIN);
+        let b = seen.to_ne_bytes();
+        // SAFETY: writing a local buffer to our pipe, then leaving at once,
+        // running no destructor.
+        unsafe {
+            libc::write(from_wr.as_raw_fd(), b.as_ptr().cast(), b.len());
+            libc::_exit(0)
+        }
+    }
+    drop(from_wr);
+    let mut b = [0u8; 4];
+    let answered = read_within(&from_rd, &mut b);
+    let mut status = 0;
+    // SAFETY: reaping our own child, which exits once it answered (killed
+    // first in case it did not).
+    unsafe {
+        if !answered {
+            libc::kill(pid as libc::pid_t, libc::SIGKILL);
+        }
+        libc::waitpid(pid as libc::pid_t, &mut status, 0);
+    }
+    if !answered {
+        bail!("the reader in the new pid namespace did not answer within {ANSWER_WAIT:?}");
+    }
+    Ok(i32::from_ne_bytes(b))
+}
+
 /// START_DEV of `dev`, naming `pid` as the server, on a ring of its own.
 fn start_dev(env: &Env, dev: Dev, pid: libc::pid_t) -> Result<Got> {
     let mut h = hdr(dev.id);
@@ -435,6 +509,7 @@ pub const CASES: &[Case] = &[
     case!(start_dev_pid_not_server, err(EINVAL)),
     case!(start_dev_server_in_child_pid_namespace, OK),
     case!(start_dev_server_own_pid_from_parent_namespace, err(EINVAL)),
+    case!(get_dev_info_from_pid_namespace_without_server, OK),
     case!(start_dev_twice, err(EEXIST)),
     case!(set_params_on_started_device, err(EACCES)),
     case!(fetch_on_started_device, err(EBUSY)),
