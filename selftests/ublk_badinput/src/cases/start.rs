@@ -83,25 +83,7 @@ fn get_dev_info_from_pid_namespace_without_server(env: &mut Env) -> Result<Got> 
 /// is the first of a new pid namespace (`i32::MIN` if the command failed).
 fn pid_in_info_from_new_pid_ns(dev: Dev) -> Result<i32> {
     let (from_rd, from_wr) = pipe()?;
-    // SAFETY: a raw clone without a new stack is a fork (x86-64 argument
-    // order); the cases run on one thread, and the child leaves with _exit,
-    // never returning into this code or its destructors.
-    let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            (libc::CLONE_NEWPID | libc::SIGCHLD) as libc::c_ulong,
-            0usize,
-            0usize,
-            0usize,
-            0usize,
-        )
-    };
-    if pid < 0 {
-        bail!(
-            "setup: clone(CLONE_NEWPID): errno {}",
-            crate::chardev::errno()
-        );
-    }
+    let pid = fork_into_new_pid_ns()?;
     if pid == 0 {
         drop(from_rd);
         let seen = std::panic::catch_unwind(|| {
@@ -126,9 +108,9 @@ fn pid_in_info_from_new_pid_ns(dev: Dev) -> Result<i32> {
     // first in case it did not).
     unsafe {
         if !answered {
-            libc::kill(pid as libc::pid_t, libc::SIGKILL);
+            libc::kill(pid, libc::SIGKILL);
         }
-        libc::waitpid(pid as libc::pid_t, &mut status, 0);
+        libc::waitpid(pid, &mut status, 0);
     }
     if !answered {
         bail!("the reader in the new pid namespace did not answer within {ANSWER_WAIT:?}");
@@ -225,28 +207,7 @@ fn with_server_in_new_pid_ns(
     }
     let (from_rd, from_wr) = pipe()?;
     let (to_rd, to_wr) = pipe()?;
-    // A fork whose child is the first process of a new pid namespace. The
-    // cases run on one thread (as `child::run` requires too), so the child
-    // is a copy of a single-threaded process.
-    // SAFETY: a raw clone without a new stack is a fork (x86-64 argument
-    // order); the child leaves with _exit, never returning into this code
-    // or its destructors.
-    let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            (libc::CLONE_NEWPID | libc::SIGCHLD) as libc::c_ulong,
-            0usize,
-            0usize,
-            0usize,
-            0usize,
-        )
-    };
-    if pid < 0 {
-        bail!(
-            "setup: clone(CLONE_NEWPID): errno {}",
-            crate::chardev::errno()
-        );
-    }
+    let pid = fork_into_new_pid_ns()?;
     if pid == 0 {
         // The parent's ends, which the child must not keep open: it would
         // never see the end of `to`.
@@ -256,9 +217,8 @@ fn with_server_in_new_pid_ns(
     }
     drop(from_wr);
     drop(to_rd);
-    // CAST: a pid.
     let server = NsServer {
-        pid: pid as libc::pid_t,
+        pid,
         from: from_rd,
         to: to_wr,
     };
@@ -297,6 +257,34 @@ fn serve_in_new_pid_ns(dev: Dev, to_parent: OwnedFd, from_parent: OwnedFd) -> ! 
     }));
     // SAFETY: leaving at once, running no destructor.
     unsafe { libc::_exit(0) }
+}
+
+/// Forks a child that is the first process of a new pid namespace: returns
+/// its pid in the parent, 0 in the child, which must leave with `_exit`.
+fn fork_into_new_pid_ns() -> Result<libc::pid_t> {
+    // The cases run on one thread (as `child::run` requires too), so the
+    // child is a copy of a single-threaded process.
+    // SAFETY: a raw clone without a new stack is a fork (x86-64 argument
+    // order); the caller's child leaves with _exit, never returning into
+    // the caller's code or its destructors.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (libc::CLONE_NEWPID | libc::SIGCHLD) as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
+    if pid < 0 {
+        bail!(
+            "setup: clone(CLONE_NEWPID): errno {}",
+            crate::chardev::errno()
+        );
+    }
+    // CAST: a pid.
+    Ok(pid as libc::pid_t)
 }
 
 /// A pipe: (read end, write end), both close-on-exec.
