@@ -69,11 +69,12 @@ pub(crate) enum Lifecycle {
 pub(crate) enum Server {
     /// No process has `/dev/ublkcN` open.
     Detached,
-    /// The process `tgid` has `/dev/ublkcN` open and fetched `nr_fetched` io slots; the device
-    /// can start once it fetched all, and `UBLK_U_CMD_START_DEV` must name that process, in the
-    /// pid namespace of its caller.
+    /// The process `tgid` opened `/dev/ublkcN`, and `nr_fetched` io slots were fetched through
+    /// it, by that process or another one that shares the file; the device can start once all
+    /// are, and `UBLK_U_CMD_START_DEV` must name the process that opened it, in the pid namespace
+    /// of its caller: servers written against ublk_drv name that one.
     Attached {
-        /// The thread group of the server, numbered in the initial pid namespace.
+        /// The thread group that opened `/dev/ublkcN`, numbered in the initial pid namespace.
         tgid: Pid,
         /// How many io slots it fetched.
         nr_fetched: u32,
@@ -164,9 +165,9 @@ impl DeviceState {
     /// `UBLK_U_CMD_START_DEV` and `UBLK_U_CMD_END_USER_RECOVERY` go ahead.
     pub(crate) fn count_fetched(&mut self, dev: &UblkDevice, queue: &Queue, q_id: u16, n: u16) {
         let Server::Attached {
-            tgid,
             nr_fetched,
             trusted,
+            ..
         } = &mut self.server
         else {
             // The callers checked with `may_fetch`, under the same lock.
@@ -174,10 +175,7 @@ impl DeviceState {
             return;
         };
         *nr_fetched += u32::from(n);
-        // `UBLK_U_CMD_START_DEV` must name the process that fetched: unlike ublk_drv, which keeps
-        // the process that opened `/dev/ublkcN`, in case another process fetches. The disk's
-        // partitions are not scanned once a process without `CAP_SYS_ADMIN` fetched.
-        *tgid = current!().tgid();
+        // The disk's partitions are not scanned once a process without `CAP_SYS_ADMIN` fetched.
         *trusted = *trusted && capable(Capability::SYS_ADMIN);
         let all = *nr_fetched == dev.nr_ios();
         if let Some(fetched) = self.queue_fetched.get_mut(usize::from(q_id)) {
@@ -313,9 +311,10 @@ pub(crate) struct UblkDevice {
     #[pin]
     release_work: Work<UblkDevice, RELEASE_WORK>,
     /// The queue that `release_work` runs on: the module's, destroyed when the module goes
-    /// ([`crate::control::Control`]), which waits for the work item to have returned. The
-    /// module's own reference to it is never the last one that `release_work` puts: the work
-    /// item drops its reference to the device before the module reference it holds.
+    /// ([`crate::control::Control`]), which waits for the work item to have returned. The work
+    /// item never drops the last reference to the queue (which would wait for itself): it drops
+    /// the device, and with it this reference, while it still holds the module, whose state holds
+    /// another one.
     release_queue: Arc<OwnedQueue>,
     /// The tag set of the device's disk.
     pub(crate) tag_set: Arc<TagSet<DiskOps>>,
@@ -882,9 +881,9 @@ impl WorkItem<RELEASE_WORK> for UblkDevice {
         let most: Jiffies = msecs_to_jiffies(100).max(1);
         let mut wait: Jiffies = 1;
         while teardown::any_lent(&this) {
-            let mut pin = this.release_pin.lock();
-            let _ = this.ready.wait_interruptible_timeout(&mut pin, wait);
-            drop(pin);
+            let mut guard = this.release_pin.lock();
+            let _ = this.ready.wait_interruptible_timeout(&mut guard, wait);
+            drop(guard);
             wait = wait.saturating_mul(2).min(most);
         }
         // The callback that gave the last request back may still be running, in the module's

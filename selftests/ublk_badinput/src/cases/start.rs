@@ -28,6 +28,74 @@ fn start_dev_pid_not_server(env: &mut Env) -> Result<Got> {
     s.start(env, 1)
 }
 
+/// START_DEV names the process that opened /dev/ublkcN, whichever process
+/// fetches its tags: here a child, which inherited the char device, fetches
+/// the one tag on a ring of its own (ublk_drv compares the pid with the
+/// tgid of the opener).
+fn start_dev_names_opener_when_child_fetches(env: &mut Env) -> Result<Got> {
+    with_tag_fetched_by_child(env, |env, s, _| s.start(env, std::process::id() as u64))
+}
+
+/// As above, naming the child that fetched the tag: not the server.
+fn start_dev_names_child_that_fetched(env: &mut Env) -> Result<Got> {
+    with_tag_fetched_by_child(env, |env, s, child| s.start(env, child as u64))
+}
+
+/// Opens a one-tag device's char device with parameters set, lets a forked
+/// child fetch its tag on a ring of its own, and runs `f` with the child's
+/// pid while the child waits; kills the child after.
+fn with_tag_fetched_by_child(
+    env: &mut Env,
+    f: impl FnOnce(&mut Env, &Server, libc::pid_t) -> Result<Got>,
+) -> Result<Got> {
+    let mut s = Server::new(env, 1)?;
+    s.set_params(env)?;
+    let (from_rd, from_wr) = pipe()?;
+    // SAFETY: the cases run on one thread, so the child may allocate; it
+    // leaves with _exit or a signal, never returning into this code or its
+    // destructors.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        bail!("setup: fork: errno {}", crate::chardev::errno());
+    }
+    if pid == 0 {
+        drop(from_rd);
+        let fetched = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // The parent's ring stays the parent's: a ring of the child's
+            // own, on the inherited char device.
+            Ring::new().is_ok_and(|ring| {
+                s.ring = ring;
+                s.fetch(0).is_ok()
+            })
+        }))
+        .unwrap_or(false);
+        let b = if fetched { b"1" } else { b"0" };
+        // SAFETY: writing a local byte to our pipe; then waiting, with the
+        // fetch queued, for the parent's SIGKILL.
+        unsafe {
+            libc::write(from_wr.as_raw_fd(), b.as_ptr().cast(), 1);
+            loop {
+                libc::pause();
+            }
+        }
+    }
+    drop(from_wr);
+    let mut b = [0u8];
+    let fetched = read_within(&from_rd, &mut b) && b[0] == b'1';
+    let got = if fetched {
+        f(env, &s, pid)
+    } else {
+        Err(anyhow::anyhow!("setup: the child did not fetch the tag"))
+    };
+    let mut status = 0;
+    // SAFETY: killing and reaping our own child.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        libc::waitpid(pid, &mut status, 0);
+    }
+    got
+}
+
 /// The server runs in a pid namespace of its own, and START_DEV comes from
 /// the parent namespace, naming the server by the number that namespace
 /// gives it: the driver must translate that number before it compares it
@@ -498,6 +566,8 @@ pub const CASES: &[Case] = &[
     case!(start_dev_server_in_child_pid_namespace, OK),
     case!(start_dev_server_own_pid_from_parent_namespace, err(EINVAL)),
     case!(get_dev_info_from_pid_namespace_without_server, OK),
+    case!(start_dev_names_opener_when_child_fetches, OK),
+    case!(start_dev_names_child_that_fetched, err(EINVAL)),
     case!(start_dev_twice, err(EEXIST)),
     case!(set_params_on_started_device, err(EACCES)),
     case!(fetch_on_started_device, err(EBUSY)),
