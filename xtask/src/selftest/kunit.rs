@@ -11,8 +11,10 @@ struct Suites {
     summaries: Vec<(String, u64, u64, u64, u64)>,
     /// Names of the cases reported `not ok`.
     failed: Vec<String>,
-    /// Suites that started (`# Subtest:`) and printed no summary.
+    /// Suites that started (`# Subtest:`) and reported no result yet.
     unfinished: Vec<String>,
+    /// Suites that reported their result (`ok N suite`, not indented).
+    finished: u64,
 }
 
 /// Drops the `[   1.234567] ` stamp that the kernel log puts before a line.
@@ -47,13 +49,21 @@ fn scan(log: &str) -> Suites {
         if let Some(name) = trimmed.strip_prefix("# Subtest: ") {
             s.unfinished.push(name.trim().to_string());
         } else if let Some(sum) = summary(line) {
-            s.unfinished.retain(|n| *n != sum.0);
             s.summaries.push(sum);
-        } else if let Some(rest) = trimmed.strip_prefix("not ok ") {
-            // `not ok N name [# directive]`; a suite's own line repeats
-            // its cases' failures, so only cases (indented) are kept.
+        } else if let Some((ok, rest)) = trimmed
+            .strip_prefix("ok ")
+            .map(|r| (true, r))
+            .or_else(|| trimmed.strip_prefix("not ok ").map(|r| (false, r)))
+        {
+            // `[not ]ok N name [# directive]`: a case (indented), or a
+            // suite's own result (not indented; a suite of one case prints
+            // no summary line).
             let name = rest.split_whitespace().nth(1).unwrap_or("?");
-            if line.starts_with(' ') && !s.failed.iter().any(|f| f == name) {
+            if !line.starts_with(' ') {
+                s.unfinished.retain(|n| n != name);
+                s.finished += 1;
+            }
+            if !ok && !s.failed.iter().any(|f| f == name) {
                 s.failed.push(name.to_string());
             }
         }
@@ -65,7 +75,7 @@ fn scan(log: &str) -> Suites {
 /// suite ran in it (a kernel without KUnit).
 pub(super) fn boot_result(log: &str, prefix: &str) -> Option<TestResult> {
     let s = scan(log);
-    if s.summaries.is_empty() && s.unfinished.is_empty() {
+    if s.summaries.is_empty() && s.unfinished.is_empty() && s.finished == 0 {
         return None;
     }
     let counts: Vec<String> = s
@@ -74,6 +84,7 @@ pub(super) fn boot_result(log: &str, prefix: &str) -> Option<TestResult> {
         .map(|(n, p, f, sk, t)| format!("{n}: pass:{p} fail:{f} skip:{sk} total:{t}"))
         .collect();
     let fails: u64 = s.summaries.iter().map(|x| x.2).sum();
+    let suites = format!("{} suites ok", s.finished);
     let (status, detail) = if fails > 0 || !s.failed.is_empty() {
         (
             Status::Fail,
@@ -82,10 +93,12 @@ pub(super) fn boot_result(log: &str, prefix: &str) -> Option<TestResult> {
     } else if !s.unfinished.is_empty() {
         (
             Status::Fail,
-            format!("no summary from {}", s.unfinished.join(" ")),
+            format!("no result from {}", s.unfinished.join(" ")),
         )
+    } else if counts.is_empty() {
+        (Status::Pass, suites)
     } else {
-        (Status::Pass, counts.join(", "))
+        (Status::Pass, format!("{suites}; {}", counts.join(", ")))
     };
     Some(TestResult {
         number: 0,
@@ -120,8 +133,29 @@ mod tests {
         assert_eq!(r.name, "kunit");
         assert_eq!(
             r.detail,
-            "rust_doctests_kernel: pass:2 fail:0 skip:0 total:2"
+            "1 suites ok; rust_doctests_kernel: pass:2 fail:0 skip:0 total:2"
         );
+    }
+
+    /// A suite of one case prints no summary line, only its result.
+    const ONE_CASE: &str = "\
+[   36.316722]     # Subtest: rust_kernel_fmt
+[   36.316884]     # speed: normal
+[   36.317565]     1..1
+[   36.358698]     ok 1 test_ptr_formatting
+[   36.359077] ok 1 rust_kernel_fmt
+";
+
+    #[test]
+    fn suite_of_one_case_passes_on_its_result() {
+        let r = boot_result(ONE_CASE, "").unwrap();
+        assert_eq!(r.status, Status::Pass, "{}", r.detail);
+        let log = ONE_CASE
+            .replace("    ok 1 test_ptr", "    not ok 1 test_ptr")
+            .replace("] ok 1 rust_kernel_fmt", "] not ok 1 rust_kernel_fmt");
+        let r = boot_result(&log, "").unwrap();
+        assert_eq!(r.status, Status::Fail);
+        assert!(r.detail.contains("test_ptr_formatting"), "{}", r.detail);
     }
 
     #[test]
@@ -143,7 +177,7 @@ mod tests {
         assert_eq!(r.status, Status::Fail);
         assert_eq!(r.name, "rust/kunit");
         assert!(
-            r.detail.ends_with("failed: rust_doctest_kernel_task_rs_9"),
+            r.detail.contains("failed: rust_doctest_kernel_task_rs_9"),
             "{}",
             r.detail
         );
