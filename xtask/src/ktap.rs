@@ -70,29 +70,35 @@ pub fn parse(text: &str) -> Report {
             }
             continue;
         }
-        let Some(c) = result_re().captures(line) else {
-            continue;
-        };
-        let ok = &c[1] == "ok";
-        let directive = c.get(4).map_or("", |m| m.as_str()).trim();
-        let (status, detail) = if let Some(rest) = strip_keyword(directive, "SKIP") {
-            (Status::Skip, rest)
-        } else if let Some(rest) = strip_keyword(directive, "TIMEOUT") {
-            (Status::Timeout, rest)
-        } else if ok {
-            (Status::Pass, directive)
-        } else {
-            (Status::Fail, directive)
-        };
-        report.results.push(TestResult {
-            number: c[2].parse().unwrap_or(0),
-            name: c[3].trim().to_string(),
-            status,
-            detail: detail.to_string(),
-            seconds: seconds(directive),
-        });
+        if let Some(r) = result_line(line) {
+            report.results.push(r);
+        }
     }
     report
+}
+
+/// Parses one result line, `ok|not ok N name [# directive]`, without
+/// leading blanks.
+pub fn result_line(line: &str) -> Option<TestResult> {
+    let c = result_re().captures(line)?;
+    let ok = &c[1] == "ok";
+    let directive = c.get(4).map_or("", |m| m.as_str()).trim();
+    let (status, detail) = if let Some(rest) = strip_keyword(directive, "SKIP") {
+        (Status::Skip, rest)
+    } else if let Some(rest) = strip_keyword(directive, "TIMEOUT") {
+        (Status::Timeout, rest)
+    } else if ok {
+        (Status::Pass, directive)
+    } else {
+        (Status::Fail, directive)
+    };
+    Some(TestResult {
+        number: c[2].parse().unwrap_or(0),
+        name: c[3].trim().to_string(),
+        status,
+        detail: detail.to_string(),
+        seconds: seconds(directive),
+    })
 }
 
 fn strip_keyword<'a>(d: &'a str, kw: &str) -> Option<&'a str> {

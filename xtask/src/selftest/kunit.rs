@@ -2,7 +2,7 @@
 //! doctests on the debug kernel, `CONFIG_RUST_KERNEL_DOCTESTS`): one
 //! `kunit` result per boot, from the suites' summary lines in its log.
 
-use crate::ktap::{Status, TestResult};
+use crate::ktap::{self, Status, TestResult};
 
 /// What the suites of one boot reported.
 #[derive(Debug, Default, PartialEq)]
@@ -50,21 +50,15 @@ fn scan(log: &str) -> Suites {
             s.unfinished.push(name.trim().to_string());
         } else if let Some(sum) = summary(line) {
             s.summaries.push(sum);
-        } else if let Some((ok, rest)) = trimmed
-            .strip_prefix("ok ")
-            .map(|r| (true, r))
-            .or_else(|| trimmed.strip_prefix("not ok ").map(|r| (false, r)))
-        {
-            // `[not ]ok N name [# directive]`: a case (indented), or a
-            // suite's own result (not indented; a suite of one case prints
-            // no summary line).
-            let name = rest.split_whitespace().nth(1).unwrap_or("?");
+        } else if let Some(r) = ktap::result_line(trimmed) {
+            // A case (indented), or a suite's own result (not indented; a
+            // suite of one case prints no summary line).
             if !line.starts_with(' ') {
-                s.unfinished.retain(|n| n != name);
+                s.unfinished.retain(|n| *n != r.name);
                 s.finished += 1;
             }
-            if !ok && !s.failed.iter().any(|f| f == name) {
-                s.failed.push(name.to_string());
+            if r.status == Status::Fail && !s.failed.contains(&r.name) {
+                s.failed.push(r.name);
             }
         }
     }
