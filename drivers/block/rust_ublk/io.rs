@@ -66,7 +66,7 @@
 //! `UBLK_F_SUPPORT_RQ_AFFINITY`, through `blk_mq_complete_request_remote()` so that the queue's
 //! `rq_affinity` picks the CPU. Every way a request can end goes through it, errors, aborts, the
 //! last user copy and the release of the last registered buffer included, or through
-//! [`end_lost`] and [`fail_unserved`], which end requests that no io slot holds the same way.
+//! [`end_lost`], which ends requests that no io slot holds the same way.
 
 use crate::{
     queue::{DiskOps, Queue, Rq},
@@ -399,14 +399,10 @@ fn route_end(
     }
 }
 
-/// Fails `rq`, a request of `queue` that no io slot holds, with `error`.
-pub(crate) fn fail_unserved(queue: &Queue, rq: ARef<Rq>, error: Error) {
-    route_end(queue, rq, error.to_errno(), 0, None);
-}
-
-/// Fails `rq` of `queue`, whose completion the fault injection dropped ([`Ending::end`]) and
-/// which was just taken out of the queue's list, with `error`: `ETIMEDOUT` (`BLK_STS_TIMEOUT`)
-/// when its timer expired, `EIO` when the server went away first.
+/// Fails `rq`, a request of `queue` that no io slot holds, with `error`: a read whose completion
+/// the fault injection dropped ([`Ending::end`]), just taken out of the queue's list
+/// (`ETIMEDOUT`, `BLK_STS_TIMEOUT`, when its timer expired, `EIO` when the server went away
+/// first), or a request of a hardware queue that the device does not have (never).
 pub(crate) fn end_lost(queue: &Queue, rq: ARef<Rq>, error: Error) {
     route_end(queue, rq, error.to_errno(), 0, None);
 }

@@ -486,7 +486,7 @@ impl Queues {
         warn_on!(true);
         match self.queues.first() {
             Some(queue) => {
-                io::fail_unserved(queue, rq, error);
+                io::end_lost(queue, rq, error);
                 Ok(())
             }
             None => Err((rq, error)),
