@@ -121,6 +121,13 @@ const REPORTS: &[Report] = &[
         what: "`cargo xtask bench rust-vs-c --modes ... --rounds 4` on Rust series\n  \
                patches 1-119 (requests lent by address, no reference of the slot's own)",
     },
+    Report {
+        dir: "xtask/results/c-driver-fixes",
+        link: "README.md",
+        what: "the upstream fixes of ublk_drv.c, each read against the Rust driver\n  \
+               (whether it could have the bug, with the file:line that rules it out)\n  \
+               and the test that reaches it",
+    },
 ];
 
 #[derive(clap::Args, Debug)]

@@ -387,7 +387,9 @@ impl UblkDevice {
 
     /// `UBLK_U_CMD_START_DEV`: waits until the server fetched every io slot, then adds the disk
     /// and queues the scan of its partition table, which the server serves once it learns that
-    /// the device is started.
+    /// the device is started. `ENODEV` if io_uring cancelled a fetch command of the server
+    /// meanwhile: the device is then deleted, or started by a new server once this one closed
+    /// `/dev/ublkcN`.
     pub(crate) fn start(this: &Arc<Self>, pid: i32) -> Result {
         if pid <= 0 {
             return Err(EINVAL);
@@ -423,6 +425,13 @@ impl UblkDevice {
         }
         // Nor by its server, which the stop that the deletion runs tells to exit.
         if state.deleted {
+            return Err(ENODEV);
+        }
+        // A fetch command that io_uring cancelled (its ring went, or its task exec'd) left its io
+        // slot without a command, and no one may fetch that slot before the next server: the
+        // queues are not served again until then, so every request of the disk would fail, or
+        // wait for that server with the partition scan holding the disk's `open_mutex`.
+        if *this.canceled.lock() {
             return Err(ENODEV);
         }
         // The server may copy the data of the requests that adding the disk issues.
@@ -623,6 +632,8 @@ impl UblkDevice {
 
     /// `UBLK_U_CMD_END_USER_RECOVERY`: once the new server `pid` fetched every io slot, the device
     /// is live again, and the requests that waited for it go to it (`ublk_ctrl_end_recovery()`).
+    /// `ENODEV` if io_uring cancelled a fetch command of the new server meanwhile: the device is
+    /// then deleted, or recovered again once that server closed `/dev/ublkcN`.
     pub(crate) fn end_recovery(&self, pid: i32) -> Result {
         let mut state = self.state.lock();
         while state.nr_fetched() < self.nr_ios() && !self.is_stopping() {
@@ -640,6 +651,11 @@ impl UblkDevice {
             Lifecycle::Quiesced(disk) | Lifecycle::FailIo(disk) => disk.clone(),
             _ => return Err(EBUSY),
         };
+        // A fetch command of the new server that io_uring cancelled: its queues are not served
+        // again until the next server (see `UblkDevice::start`).
+        if *self.canceled.lock() {
+            return Err(ENODEV);
+        }
         state.life = Lifecycle::Live(disk.clone());
         state.info.ublksrv_pid = tgid;
         // Every queue is served since the server fetched its io slots; a request put aside under

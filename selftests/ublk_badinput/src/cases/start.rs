@@ -96,6 +96,117 @@ fn with_tag_fetched_by_child(
     got
 }
 
+/// A server process whose fetch command io_uring cancelled (here the process
+/// execs, which cancels its io_uring commands) leaves its tag without a
+/// command, and no one may fetch that tag again before the next server: once
+/// the other tags
+/// are fetched, START_DEV fails with ENODEV instead of adding a disk whose
+/// requests of that tag no one could serve (what "ublk: refuse to go live
+/// over canceled io commands", in review for ublk_drv, makes it answer).
+fn start_dev_after_fetch_cancelled(env: &mut Env) -> Result<Got> {
+    let mut s = Server::new(env, 2)?;
+    s.set_params(env)?;
+    fetch_in_child_that_execs(&mut s, 0)?;
+    s.fetch(1)?;
+    s.start(env, std::process::id() as u64)
+}
+
+/// As above for END_USER_RECOVERY: the new server of a recovering device
+/// loses a fetch command the same way, and the device stays quiesced.
+fn end_recovery_after_fetch_cancelled(env: &mut Env) -> Result<Got> {
+    let mut old = Server::with_flags(env, 2, UBLK_F_USER_RECOVERY)?;
+    old.start_setup(env)?;
+    let dev = old.dev;
+    // The old server goes: the device is quiesced once its char device is
+    // released.
+    drop(old);
+    wait_for_state(env, dev, UBLK_S_DEV_QUIESCED)?;
+    // ublk_drv shows QUIESCED a moment before its release lets
+    // START_USER_RECOVERY in (EBUSY until then).
+    let start = Instant::now();
+    loop {
+        match env.ctrl.run(UBLK_U_CMD_START_USER_RECOVERY, &hdr(dev.id))? {
+            Got::Res(0) => break,
+            Got::Res(r) if r == -EBUSY && start.elapsed() < ANSWER_WAIT => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            got => bail!("setup: START_USER_RECOVERY got {}", show(got)),
+        }
+    }
+    let mut s = Server::on(dev)?;
+    fetch_in_child_that_execs(&mut s, 0)?;
+    s.fetch(1)?;
+    let mut h = hdr(dev.id);
+    h.data[0] = std::process::id() as u64;
+    // It waits for the fetches, on a ring of its own, as START_DEV does.
+    let mut ring = Ring::<squeue::Entry128>::new()?;
+    ring.run(
+        sqe128(env.ctrl.fd(), UBLK_U_CMD_END_USER_RECOVERY, &h),
+        WAIT,
+    )
+}
+
+/// Waits up to [`ANSWER_WAIT`] for GET_DEV_INFO to report `state`.
+fn wait_for_state(env: &mut Env, dev: Dev, state: u16) -> Result<()> {
+    let start = Instant::now();
+    loop {
+        let info = dev_info(env, dev)?;
+        if info.state == state {
+            return Ok(());
+        }
+        if start.elapsed() > ANSWER_WAIT {
+            bail!(
+                "setup: device state {}, not {state}, after {ANSWER_WAIT:?}",
+                info.state
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Lets a forked child, which inherited the char device, fetch `tag` on a
+/// ring of its own and exec `/bin/true`: the exec cancels the child's
+/// io_uring commands, and waits for them, before the new program runs (an
+/// exit would leave the cancel to the ring's release, later). Returns once
+/// the child is reaped.
+fn fetch_in_child_that_execs(s: &mut Server, tag: u16) -> Result<()> {
+    // SAFETY: the cases run on one thread, so the child may allocate; it
+    // leaves with _exit, never returning into this code or its destructors.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        bail!("setup: fork: errno {}", crate::chardev::errno());
+    }
+    if pid == 0 {
+        let fetched = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            Ring::new().is_ok_and(|ring| {
+                s.ring = ring;
+                s.fetch(tag).is_ok()
+            })
+        }))
+        .unwrap_or(false);
+        if fetched {
+            let prog = c"/bin/true";
+            let argv = [prog.as_ptr(), std::ptr::null()];
+            // SAFETY: a NUL-terminated path and argument vector of static
+            // strings; on success this does not return.
+            unsafe { libc::execv(prog.as_ptr(), argv.as_ptr()) };
+        }
+        // SAFETY: leaving at once, running no destructor.
+        unsafe { libc::_exit(if fetched { 2 } else { 1 }) }
+    }
+    let mut status = 0;
+    // SAFETY: reaping our own child, which exits on its own.
+    if unsafe { libc::waitpid(pid, &mut status, 0) } != pid {
+        bail!("setup: waitpid: errno {}", crate::chardev::errno());
+    }
+    if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+        bail!(
+            "setup: the child did not fetch tag {tag} and exec /bin/true (wait status {status:#x})"
+        );
+    }
+    Ok(())
+}
+
 /// The server runs in a pid namespace of its own, and START_DEV comes from
 /// the parent namespace, naming the server by the number that namespace
 /// gives it: the driver must translate that number before it compares it
@@ -196,6 +307,11 @@ fn start_dev(env: &Env, dev: Dev, pid: libc::pid_t) -> Result<Got> {
 
 /// The `ublksrv_pid` that GET_DEV_INFO of `dev` reports on `ctrl`.
 fn server_pid_in_info(env: &mut Env, dev: Dev) -> Result<i32> {
+    Ok(dev_info(env, dev)?.ublksrv_pid)
+}
+
+/// What GET_DEV_INFO reports of `dev`.
+fn dev_info(env: &mut Env, dev: Dev) -> Result<UblksrvCtrlDevInfo> {
     let mut info = UblksrvCtrlDevInfo::default();
     let r = env
         .ctrl
@@ -203,7 +319,7 @@ fn server_pid_in_info(env: &mut Env, dev: Dev) -> Result<i32> {
     if r != 0 {
         bail!("GET_DEV_INFO failed: {}", show(Got::Res(r)));
     }
-    Ok(info.ublksrv_pid)
+    Ok(info)
 }
 
 /// The server of a device, the first process of a pid namespace of its own:
@@ -568,6 +684,22 @@ pub const CASES: &[Case] = &[
     case!(get_dev_info_from_pid_namespace_without_server, OK),
     case!(start_dev_names_opener_when_child_fetches, OK),
     case!(start_dev_names_child_that_fetched, err(EINVAL)),
+    case!(
+        start_dev_after_fetch_cancelled,
+        err(ENODEV),
+        c_bug = (
+            OK,
+            "7.3.4 goes live over the cancelled fetch command, on queues that fail or set aside every request"
+        )
+    ),
+    case!(
+        end_recovery_after_fetch_cancelled,
+        err(ENODEV),
+        c_bug = (
+            OK,
+            "7.3.4 goes live over the cancelled fetch command, on queues that fail or set aside every request"
+        )
+    ),
     case!(start_dev_twice, err(EEXIST)),
     case!(set_params_on_started_device, err(EACCES)),
     case!(fetch_on_started_device, err(EBUSY)),
