@@ -332,6 +332,11 @@ impl<T: CharDevice> CharDevVTable<T> {
         if ret != 0 {
             return ret;
         }
+        if T::NONSEEKABLE {
+            // SAFETY: The pointers are valid and for a file being opened, whose mode no one else
+            // changes meanwhile. It only clears mode bits, and cannot fail.
+            unsafe { bindings::nonseekable_open(inode, raw_file) };
+        }
         // SAFETY: `chrdev_open()` set the inode's cdev, which is the `cdev` of an `Inner<T>`, and
         // holds a reference to it, hence to its `dev`, across this call: the `Inner<T>` is valid.
         let data = unsafe {

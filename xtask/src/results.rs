@@ -128,6 +128,13 @@ const REPORTS: &[Report] = &[
                (whether it could have the bug, with the file:line that rules it out)\n  \
                and the test that reaches it",
     },
+    Report {
+        dir: "xtask/results/kill-soak",
+        link: "README.md",
+        what: "`test_kill_recover.sh` with KILL_ROUNDS=2 KILL_CYCLES=36: 504 kills\n  \
+               of the server per driver, every data mode with reissue and with\n  \
+               FAIL_IO",
+    },
 ];
 
 #[derive(clap::Args, Debug)]

@@ -34,7 +34,7 @@
 use crate::{
     chardev::Cmd,
     cmd, copy,
-    copy::Copy,
+    copy::Copied,
     device::{DeviceState, UblkDevice},
     dispatch,
     io::{Served, RES_ABORT},
@@ -464,7 +464,7 @@ fn fetch<'a>(
         return Err(RES_ABORT);
     }
 
-    cmd.write_pdu(&crate::cmd::pdu(hdr.q_id, FETCH_TAG));
+    cmd.write_pdu(&cmd::pdu(hdr.q_id, FETCH_TAG));
     let (fcmd, queued) = cmd.queue_cancelable(issue_flags);
     let fcmd = match MultishotCmd::new(fcmd) {
         Ok(fcmd) => fcmd,
@@ -724,11 +724,11 @@ fn deliver_tag(
 
     if queue.data.copies() && served.op() == ReqOp::Write {
         match copy::copy_write(&served, addr) {
-            Copy::Whole => {}
+            Copied::Whole => {}
             // The server is told about the part that could be copied; the rest is dispatched
             // again once it is done.
-            Copy::Part(bytes) => part = Some(bytes),
-            Copy::Nothing => {
+            Copied::Part(bytes) => part = Some(bytes),
+            Copied::Nothing => {
                 // The write is dispatched again a little later, when the copy may succeed
                 // (`io::REQUEUE_DELAY_MS`). A queue that copies lends nothing: no user copy or
                 // registered buffer holds the request.
@@ -737,7 +737,7 @@ fn deliver_tag(
                 served.requeue();
                 return false;
             }
-            Copy::Invalid => {
+            Copied::Invalid => {
                 fail_delivery(queue, io, served);
                 return false;
             }

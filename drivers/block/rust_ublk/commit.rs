@@ -9,7 +9,7 @@
 use crate::{
     chardev::Cmd,
     cmd::{buf_addr, check_buf, pdu, slot_of},
-    copy::{commit_result, copy_write, Copy},
+    copy::{commit_result, copy_write, Copied},
     device::UblkDevice,
     io::{Served, RES_ABORT},
     queue::{Queue, QueueState},
@@ -196,9 +196,9 @@ pub(crate) fn need_get_data<'a>(
     // The slot stays held while the data is copied.
     let copy = copy_write(&served, io_cmd.addr);
     let part = match copy {
-        Copy::Whole => Some(None),
-        Copy::Part(bytes) => Some(Some(bytes)),
-        Copy::Nothing | Copy::Invalid => None,
+        Copied::Whole => Some(None),
+        Copied::Part(bytes) => Some(Some(bytes)),
+        Copied::Nothing | Copied::Invalid => None,
     };
     if let Some(part) = part {
         io.serve_got_data(served, io_cmd.addr, part);
@@ -212,7 +212,7 @@ pub(crate) fn need_get_data<'a>(
     match copy {
         // Nothing could be copied: the write is dispatched again a little later, when the copy
         // may succeed (`io::REQUEUE_DELAY_MS`).
-        Copy::Nothing => served.requeue(),
+        Copied::Nothing => served.requeue(),
         // As at dispatch, a buffer that is not user memory does not become one later.
         _ => served.finish(queue, EIO.to_errno(), 0),
     }

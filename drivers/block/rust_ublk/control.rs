@@ -175,6 +175,10 @@ impl MiscDevice for ControlFile {
     type Ptr = Arc<Control>;
     type RegistrationData = Arc<Control>;
 
+    // Commands come through io_uring only: the file has no position, so `pread`, `pwrite` and
+    // `lseek` fail with `ESPIPE`, as user space knows from ublk_drv.
+    const NONSEEKABLE: bool = true;
+
     fn open(_file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<Arc<Control>> {
         // Commands only come through an open file: the parent is known before the first
         // `UBLK_U_CMD_ADD_DEV`. Opens that race with the first wait for it on the lock; later

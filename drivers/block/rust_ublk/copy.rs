@@ -12,7 +12,7 @@ use kernel::{
 
 /// How much of a write's data [`copy_write`] copied to the server's buffer.
 #[derive(Clone, Copy)]
-pub(crate) enum Copy {
+pub(crate) enum Copied {
     /// All of it.
     Whole,
     /// This many bytes, a whole number of sectors: a fault ended the copy.
@@ -25,9 +25,9 @@ pub(crate) enum Copy {
 
 /// Copies the data of the write `rq` to the server's buffer at `addr`, unless it lies in a
 /// registered buffer already.
-pub(crate) fn copy_write(rq: &Served, addr: u64) -> Copy {
+pub(crate) fn copy_write(rq: &Served, addr: u64) -> Copied {
     if rq.shmem().is_some() {
-        return Copy::Whole;
+        return Copied::Whole;
     }
     let len = rq.nr_bytes();
     // A fault ends the copy, and what was copied before it counts.
@@ -38,18 +38,18 @@ pub(crate) fn copy_write(rq: &Served, addr: u64) -> Copy {
         Ok(Err(_)) => 0,
         // An address that cannot be a user buffer does not become one later: unlike ublk_drv,
         // which retries such a write forever, fail it.
-        Err(_) => return Copy::Invalid,
+        Err(_) => return Copied::Invalid,
     };
     // CAST: `copied` is at most `len`, a `u32`.
     let copied = copied as u32;
     // Only whole sectors go to the server.
     let sectors = copied >> SECTOR_SHIFT;
     if copied == len {
-        Copy::Whole
+        Copied::Whole
     } else if sectors == 0 {
-        Copy::Nothing
+        Copied::Nothing
     } else {
-        Copy::Part(sectors << SECTOR_SHIFT)
+        Copied::Part(sectors << SECTOR_SHIFT)
     }
 }
 
@@ -91,7 +91,7 @@ impl Committed {
 /// (`__ublk_complete_rq()`): 0 or a negative errno, and the bytes transferred; or, for a read in
 /// copy mode, that its data is to be copied from the server's buffer first.
 pub(crate) fn commit_result(queue: &Queue, served: &Served, result: i32) -> Committed {
-    let len = served.len();
+    let len = served.told_bytes();
     if result < 0 {
         // Any negative value fails the request; one that is not an errno fails it with `EIO`.
         let error = Error::try_from_errno(result).unwrap_or(EIO);

@@ -96,7 +96,7 @@ pub(crate) struct DeviceState {
     /// Where the device is in its life.
     pub(crate) life: Lifecycle,
     /// Who serves the device.
-    pub(crate) server: Server,
+    server: Server,
     /// How many io slots of each queue the server fetched: a queue whose requests wait for a
     /// new server (user recovery) is served again once it has them all.
     pub(crate) queue_fetched: KVec<u16>,
@@ -388,7 +388,7 @@ impl UblkDevice {
     /// `UBLK_U_CMD_START_DEV`: waits until the server fetched every io slot, then adds the disk
     /// and queues the scan of its partition table, which the server serves once it learns that
     /// the device is started. `ENODEV` if io_uring cancelled a fetch command of the server
-    /// meanwhile: the device is then deleted, or started by a new server once this one closed
+    /// meanwhile: the device can then be deleted, or started by a new server once this one closed
     /// `/dev/ublkcN`.
     pub(crate) fn start(this: &Arc<Self>, pid: i32) -> Result {
         if pid <= 0 {
@@ -632,8 +632,8 @@ impl UblkDevice {
 
     /// `UBLK_U_CMD_END_USER_RECOVERY`: once the new server `pid` fetched every io slot, the device
     /// is live again, and the requests that waited for it go to it (`ublk_ctrl_end_recovery()`).
-    /// `ENODEV` if io_uring cancelled a fetch command of the new server meanwhile: the device is
-    /// then deleted, or recovered again once that server closed `/dev/ublkcN`.
+    /// `ENODEV` if io_uring cancelled a fetch command of the new server meanwhile: the device can
+    /// then be deleted, or recovered again once that server closed `/dev/ublkcN`.
     pub(crate) fn end_recovery(&self, pid: i32) -> Result {
         let mut state = self.state.lock();
         while state.nr_fetched() < self.nr_ios() && !self.is_stopping() {

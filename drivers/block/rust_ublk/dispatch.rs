@@ -14,7 +14,7 @@
 
 use crate::{
     cmd::pdu_tag,
-    copy::{copy_write, Copy},
+    copy::{copy_write, Copied},
     io::{Served, RES_ABORT},
     queue::{DiskOps, Queue, QueueState, Rq},
     slot::{describe, refuse, Handed, Held, Phase},
@@ -235,19 +235,19 @@ fn deliver_write(
     issue_flags: IssueFlags<'_>,
 ) {
     match copy_write(&served, io.addr()) {
-        Copy::Whole => {
+        Copied::Whole => {
             io.serve(served);
             drop(io);
             cmd.done(Ok(0), issue_flags);
         }
-        Copy::Part(bytes) => {
+        Copied::Part(bytes) => {
             // Part of a write could be copied: the server is told about that part only, and the
             // rest is dispatched again once it is done (`end_request()`).
             io.serve_part(served, bytes);
             drop(io);
             cmd.done(Ok(0), issue_flags);
         }
-        Copy::Nothing => {
+        Copied::Nothing => {
             // Nothing could be copied: the write is dispatched again a little later (the server's
             // buffer may be paged in by then), and the command waits for it.
             let aborted = io.rearm_same(queue, cmd);
@@ -256,7 +256,7 @@ fn deliver_write(
                 cmd.done(Err(RES_ABORT), issue_flags);
             }
         }
-        Copy::Invalid => {
+        Copied::Invalid => {
             // The request fails; the command waits for the next request, offered before the
             // request ends and frees its tag.
             let slot = io.slot();

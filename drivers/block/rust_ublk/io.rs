@@ -123,7 +123,7 @@ pub(crate) struct Served {
 impl Served {
     /// Returns the bytes of the request that the server is told about.
     #[inline]
-    pub(crate) fn len(&self) -> u32 {
+    pub(crate) fn told_bytes(&self) -> u32 {
         self.len
     }
 

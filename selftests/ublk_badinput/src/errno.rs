@@ -20,6 +20,7 @@ const NAMES: &[(i32, &str)] = &[
     (libc::EINVAL, "EINVAL"),
     (libc::ENOTTY, "ENOTTY"),
     (libc::ENOSPC, "ENOSPC"),
+    (libc::ESPIPE, "ESPIPE"),
     (libc::ERANGE, "ERANGE"),
     (libc::ENOSYS, "ENOSYS"),
     (libc::EOPNOTSUPP, "EOPNOTSUPP"),

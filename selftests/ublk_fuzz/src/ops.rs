@@ -44,6 +44,7 @@ enum Op {
     LiveIo,
     GoLive,
     KillServer,
+    FileCall,
 }
 
 const OPS: &[(Op, u64)] = &[
@@ -71,6 +72,7 @@ const OPS: &[(Op, u64)] = &[
     (Op::LiveIo, 3),
     (Op::GoLive, 5),
     (Op::KillServer, 3),
+    (Op::FileCall, 3),
 ];
 
 /// Every feature flag of the UAPI, each drawn on its own at ADD_DEV.
@@ -147,6 +149,7 @@ fn run(w: &mut World, rng: &mut Rng, op: Op) -> Result<Option<String>> {
         Op::CloseChar => close_char(w, rng),
         Op::Mmap => mmap(w, rng),
         Op::Io => io(w, rng),
+        Op::FileCall => file_call(w, rng),
         Op::LiveIo => live_io(w, rng),
         Op::GoLive => go_live(w, rng),
         Op::KillServer => kill_server(w, rng),
@@ -614,6 +617,59 @@ fn unknown_ctrl(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
     let desc = format!("ctrl_op {op:#x} {}", id as i32);
     let got = run_now(w, op, &h, &desc)?;
     Ok(Some(format!("{desc} -> {}", show(got))))
+}
+
+/// A file syscall, as syzkaller's generic ones reach the ublk descriptors:
+/// read, write, pread, pwrite (at the start of the file, or at the user-copy
+/// position of queue 0, tag 0), lseek or an ioctl (neither driver has one),
+/// on /dev/ublk-control or on the char device of a device that the fuzzer
+/// serves itself (not a started one, whose I/O a thread answers at times
+/// that the two drivers do not share).
+fn file_call(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
+    let dev = own_dev(w, rng, |d| d.server.is_some()).filter(|_| rng.chance(50));
+    let (fd, name) = match dev {
+        Some(i) => {
+            let d = &w.devs[i];
+            let fd = d.server.as_ref().map(|s| s.file.as_raw_fd()).unwrap_or(-1);
+            (fd, format!("ublkc{}", d.id))
+        }
+        None => (w.env.ctrl.fd(), "ublk-control".to_string()),
+    };
+    let mut buf = [0u8; 512];
+    let off = rng.pick(&[0, UBLKSRV_IO_BUF_OFFSET as libc::off_t]);
+    let (what, ret) = match rng.below(6) {
+        // SAFETY: reading into, or writing from, a local buffer of that size.
+        0 => ("read", unsafe {
+            libc::read(fd, buf.as_mut_ptr().cast(), buf.len())
+        }),
+        // SAFETY: as above.
+        1 => ("write", unsafe {
+            libc::write(fd, buf.as_ptr().cast(), buf.len())
+        }),
+        // SAFETY: as above.
+        2 => ("pread", unsafe {
+            libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), off)
+        }),
+        // SAFETY: as above.
+        3 => ("pwrite", unsafe {
+            libc::pwrite(fd, buf.as_ptr().cast(), buf.len(), off)
+        }),
+        // SAFETY: a plain syscall on a descriptor of ours.
+        4 => ("lseek", unsafe { libc::lseek(fd, off, libc::SEEK_SET) }
+            as isize),
+        // SAFETY: as above; the command takes no argument.
+        _ => (
+            "ioctl",
+            unsafe { libc::ioctl(fd, UBLK_U_CMD_GET_FEATURES as _) } as isize,
+        ),
+    };
+    let got = Got::Res(if ret < 0 {
+        -chardev::errno()
+    } else {
+        // CAST: at most the buffer's length, or an offset picked above.
+        ret.min(i32::MAX as isize) as i32
+    });
+    Ok(Some(format!("{what} {name} off={off:#x} -> {}", show(got))))
 }
 
 fn open_char(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {

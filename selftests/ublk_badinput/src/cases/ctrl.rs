@@ -4,7 +4,7 @@
 
 use anyhow::Result;
 use io_uring::{opcode, squeue, types};
-use libc::{EINVAL, ENODEV, ENOENT, EOPNOTSUPP, EPERM};
+use libc::{EINVAL, ENODEV, ENOENT, EOPNOTSUPP, EPERM, ESPIPE};
 use ublk_uapi::ioctl::{iowr, UBLK_IOC_TYPE};
 use ublk_uapi::*;
 
@@ -321,6 +321,35 @@ fn start_user_recovery_without_flag(env: &mut Env) -> Result<Got> {
     on_fresh_dev(env, UBLK_U_CMD_START_USER_RECOVERY, |_| {})
 }
 
+// --- file syscalls: the control device has no file position ---
+
+/// The result of a file syscall on the control device's descriptor: the
+/// value, or the negative errno.
+fn file_call(ret: isize) -> Result<Got> {
+    Ok(Got::Res(if ret < 0 {
+        -crate::chardev::errno()
+    } else {
+        ret as i32
+    }))
+}
+
+fn pread_control(env: &mut Env) -> Result<Got> {
+    let mut buf = [0u8; 8];
+    // SAFETY: reading at most `buf.len()` bytes into a local buffer.
+    file_call(unsafe { libc::pread(env.ctrl.fd(), buf.as_mut_ptr().cast(), buf.len(), 0) })
+}
+
+fn pwrite_control(env: &mut Env) -> Result<Got> {
+    let buf = [0u8; 8];
+    // SAFETY: writing `buf.len()` bytes from a local buffer.
+    file_call(unsafe { libc::pwrite(env.ctrl.fd(), buf.as_ptr().cast(), buf.len(), 0) })
+}
+
+fn lseek_control(env: &mut Env) -> Result<Got> {
+    // SAFETY: a plain syscall on a descriptor we own.
+    file_call(unsafe { libc::lseek(env.ctrl.fd(), 0, libc::SEEK_SET) } as isize)
+}
+
 // --- a ring without SQE128 ---
 
 fn plain_ring(env: &mut Env, op: u32, h: &UblksrvCtrlCmd) -> Result<Got> {
@@ -349,6 +378,9 @@ fn get_dev_info_without_sqe128(env: &mut Env) -> Result<Got> {
 
 pub const CASES: &[Case] = &[
     case!(get_features_ok, OK),
+    case!(pread_control, err(ESPIPE)),
+    case!(pwrite_control, err(ESPIPE)),
+    case!(lseek_control, err(ESPIPE)),
     case!(get_features_len_short, err(EINVAL)),
     case!(get_features_len_long, err(EINVAL)),
     case!(get_features_addr_zero, err(EINVAL)),

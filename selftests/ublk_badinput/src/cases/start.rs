@@ -199,10 +199,11 @@ fn fetch_in_child_that_execs(s: &mut Server, tag: u16) -> Result<()> {
     if unsafe { libc::waitpid(pid, &mut status, 0) } != pid {
         bail!("setup: waitpid: errno {}", crate::chardev::errno());
     }
-    if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
-        bail!(
-            "setup: the child did not fetch tag {tag} and exec /bin/true (wait status {status:#x})"
-        );
+    match (libc::WIFEXITED(status), libc::WEXITSTATUS(status)) {
+        (true, 0) => {}
+        (true, 1) => bail!("setup: the child could not fetch tag {tag}"),
+        (true, 2) => bail!("setup: the child could not exec /bin/true"),
+        _ => bail!("setup: the child that fetched tag {tag} ended with wait status {status:#x}"),
     }
     Ok(())
 }
