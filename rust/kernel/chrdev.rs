@@ -333,8 +333,10 @@ impl<T: CharDevice> CharDevVTable<T> {
             return ret;
         }
         if T::NONSEEKABLE {
-            // SAFETY: The pointers are valid and for a file being opened, whose mode no one else
-            // changes meanwhile. It only clears mode bits, and cannot fail.
+            // It only clears mode bits, and cannot fail.
+            //
+            // SAFETY: The pointers are valid and for a file being opened, which is not published
+            // in any file table yet: nothing else writes its mode.
             unsafe { bindings::nonseekable_open(inode, raw_file) };
         }
         // SAFETY: `chrdev_open()` set the inode's cdev, which is the `cdev` of an `Inner<T>`, and

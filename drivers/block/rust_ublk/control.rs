@@ -175,7 +175,7 @@ impl MiscDevice for ControlFile {
     type Ptr = Arc<Control>;
     type RegistrationData = Arc<Control>;
 
-    // Commands come through io_uring only: the file has no position, so `pread`, `pwrite` and
+    // Commands come through io_uring only: the file is not seekable, so `pread`, `pwrite` and
     // `lseek` fail with `ESPIPE`, as user space knows from ublk_drv.
     const NONSEEKABLE: bool = true;
 

@@ -620,8 +620,9 @@ fn unknown_ctrl(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
 }
 
 /// A file syscall, as syzkaller's generic ones reach the ublk descriptors:
-/// read, write, pread, pwrite (at the start of the file, or at the user-copy
-/// position of queue 0, tag 0), lseek or an ioctl (neither driver has one),
+/// read, write, pread, pwrite (at the start of the file, or where user copy
+/// begins, which names queue 0, tag 0), lseek or an ioctl (neither driver
+/// has one),
 /// on /dev/ublk-control or on the char device of a device that the fuzzer
 /// serves itself (not a started one, whose I/O a thread answers at times
 /// that the two drivers do not share).
@@ -657,10 +658,10 @@ fn file_call(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
         // SAFETY: a plain syscall on a descriptor of ours.
         4 => ("lseek", unsafe { libc::lseek(fd, off, libc::SEEK_SET) }
             as isize),
-        // SAFETY: as above; the command takes no argument.
+        // SAFETY: the command's argument is 32 bytes, which the local buffer has room for.
         _ => (
             "ioctl",
-            unsafe { libc::ioctl(fd, UBLK_U_CMD_GET_FEATURES as _) } as isize,
+            unsafe { libc::ioctl(fd, UBLK_U_CMD_GET_FEATURES as _, buf.as_mut_ptr()) } as isize,
         ),
     };
     let got = Got::Res(if ret < 0 {
@@ -669,7 +670,11 @@ fn file_call(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
         // CAST: at most the buffer's length, or an offset picked above.
         ret.min(i32::MAX as isize) as i32
     });
-    Ok(Some(format!("{what} {name} off={off:#x} -> {}", show(got))))
+    let at = match what {
+        "pread" | "pwrite" | "lseek" => format!(" off={off:#x}"),
+        _ => String::new(),
+    };
+    Ok(Some(format!("{what} {name}{at} -> {}", show(got))))
 }
 
 fn open_char(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {

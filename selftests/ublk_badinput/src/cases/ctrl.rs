@@ -321,7 +321,7 @@ fn start_user_recovery_without_flag(env: &mut Env) -> Result<Got> {
     on_fresh_dev(env, UBLK_U_CMD_START_USER_RECOVERY, |_| {})
 }
 
-// --- file syscalls: the control device has no file position ---
+// --- file syscalls: the control device is not seekable ---
 
 /// The result of a file syscall on the control device's descriptor: the
 /// value, or the negative errno.

@@ -99,7 +99,13 @@ fn unregister_io_buf_without_table(env: &mut Env) -> Result<Got> {
 /// Reads how many requests of the disk of device `id` are in flight.
 fn in_flight(id: u32) -> Result<u64> {
     let path = format!("/sys/block/ublkb{id}/inflight");
-    let text = std::fs::read_to_string(&path)?;
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        // The disk is gone (a device without user recovery stops once its
+        // server does): nothing of it is in flight.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e.into()),
+    };
     let mut sum = 0;
     for field in text.split_whitespace() {
         sum += field.parse::<u64>()?;
