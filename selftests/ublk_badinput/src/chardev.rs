@@ -93,6 +93,17 @@ pub fn errno() -> i32 {
         .unwrap_or(libc::EIO)
 }
 
+/// What a file system call returned, as a result: its value (at most
+/// `i32::MAX`), or the negative errno.
+pub fn syscall_result(ret: isize) -> crate::ring::Got {
+    crate::ring::Got::Res(if ret < 0 {
+        -errno()
+    } else {
+        // CAST: clamped to the range of `i32` first.
+        ret.min(i32::MAX as isize) as i32
+    })
+}
+
 pub fn page_size() -> usize {
     // SAFETY: sysconf has no memory-safety preconditions.
     unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }

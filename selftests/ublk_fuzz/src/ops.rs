@@ -664,12 +664,7 @@ fn file_call(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
             unsafe { libc::ioctl(fd, UBLK_U_CMD_GET_FEATURES as _, buf.as_mut_ptr()) } as isize,
         ),
     };
-    let got = Got::Res(if ret < 0 {
-        -chardev::errno()
-    } else {
-        // CAST: at most the buffer's length, or an offset picked above.
-        ret.min(i32::MAX as isize) as i32
-    });
+    let got = chardev::syscall_result(ret);
     let at = match what {
         "pread" | "pwrite" | "lseek" => format!(" off={off:#x}"),
         _ => String::new(),

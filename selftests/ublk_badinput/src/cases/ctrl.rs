@@ -9,6 +9,7 @@ use ublk_uapi::ioctl::{iowr, UBLK_IOC_TYPE};
 use ublk_uapi::*;
 
 use super::{case, err, Case, OK};
+use crate::chardev::syscall_result;
 use crate::ctrl::{cmd80, hdr, sqe128, with_buf};
 use crate::env::{Env, ABSENT_ID};
 use crate::ring::{Got, Ring, WAIT};
@@ -323,31 +324,24 @@ fn start_user_recovery_without_flag(env: &mut Env) -> Result<Got> {
 
 // --- file syscalls: the control device is not seekable ---
 
-/// The result of a file syscall on the control device's descriptor: the
-/// value, or the negative errno.
-fn file_call(ret: isize) -> Result<Got> {
-    Ok(Got::Res(if ret < 0 {
-        -crate::chardev::errno()
-    } else {
-        ret as i32
-    }))
-}
-
 fn pread_control(env: &mut Env) -> Result<Got> {
     let mut buf = [0u8; 8];
     // SAFETY: reading at most `buf.len()` bytes into a local buffer.
-    file_call(unsafe { libc::pread(env.ctrl.fd(), buf.as_mut_ptr().cast(), buf.len(), 0) })
+    let ret = unsafe { libc::pread(env.ctrl.fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+    Ok(syscall_result(ret))
 }
 
 fn pwrite_control(env: &mut Env) -> Result<Got> {
     let buf = [0u8; 8];
     // SAFETY: writing `buf.len()` bytes from a local buffer.
-    file_call(unsafe { libc::pwrite(env.ctrl.fd(), buf.as_ptr().cast(), buf.len(), 0) })
+    let ret = unsafe { libc::pwrite(env.ctrl.fd(), buf.as_ptr().cast(), buf.len(), 0) };
+    Ok(syscall_result(ret))
 }
 
 fn lseek_control(env: &mut Env) -> Result<Got> {
     // SAFETY: a plain syscall on a descriptor we own.
-    file_call(unsafe { libc::lseek(env.ctrl.fd(), 0, libc::SEEK_SET) } as isize)
+    let ret = unsafe { libc::lseek(env.ctrl.fd(), 0, libc::SEEK_SET) };
+    Ok(syscall_result(ret as isize))
 }
 
 // --- a ring without SQE128 ---

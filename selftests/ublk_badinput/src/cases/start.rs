@@ -60,15 +60,7 @@ fn with_tag_fetched_by_child(
     }
     if pid == 0 {
         drop(from_rd);
-        let fetched = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            // The parent's ring stays the parent's: a ring of the child's
-            // own, on the inherited char device.
-            Ring::new().is_ok_and(|ring| {
-                s.ring = ring;
-                s.fetch(0).is_ok()
-            })
-        }))
-        .unwrap_or(false);
+        let fetched = fetch_on_own_ring(&mut s, 0);
         let b = if fetched { b"1" } else { b"0" };
         // SAFETY: writing a local byte to our pipe; then waiting, with the
         // fetch queued, for the parent's SIGKILL.
@@ -164,6 +156,19 @@ fn wait_for_state(env: &mut Env, dev: Dev, state: u16) -> Result<()> {
     }
 }
 
+/// In a forked child: fetches `tag` on a ring of the child's own, on the
+/// char device it inherited (the parent's ring stays the parent's).
+/// Whether that worked; a panic counts as no.
+fn fetch_on_own_ring(s: &mut Server, tag: u16) -> bool {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        Ring::new().is_ok_and(|ring| {
+            s.ring = ring;
+            s.fetch(tag).is_ok()
+        })
+    }))
+    .unwrap_or(false)
+}
+
 /// Lets a forked child, which inherited the char device, fetch `tag` on a
 /// ring of its own and exec `/bin/true`: the exec cancels the child's
 /// io_uring commands, and waits for them, before the new program runs (an
@@ -177,13 +182,7 @@ fn fetch_in_child_that_execs(s: &mut Server, tag: u16) -> Result<()> {
         bail!("setup: fork: errno {}", crate::chardev::errno());
     }
     if pid == 0 {
-        let fetched = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            Ring::new().is_ok_and(|ring| {
-                s.ring = ring;
-                s.fetch(tag).is_ok()
-            })
-        }))
-        .unwrap_or(false);
+        let fetched = fetch_on_own_ring(s, tag);
         if fetched {
             let prog = c"/bin/true";
             let argv = [prog.as_ptr(), std::ptr::null()];
