@@ -44,6 +44,11 @@ enum Cmd {
     /// Boot the test guest with a ublk driver loaded; run a command or a shell.
     #[command(after_help = GUEST)]
     Vm(VmOpts),
+    /// Run the differential fuzzer (selftests/ublk_fuzz) in several guests
+    /// at once, for a number of steps or a time; prints the seeds that go
+    /// on where the run stopped.
+    #[command(after_help = GUEST)]
+    Fuzz(crate::fuzz::FuzzOpts),
     /// Measure the drivers, one boot per subcommand: the C series' claims
     /// (cover), Rust against C (rust-vs-c), the driver matrix (matrix);
     /// `report` reprints cover's tables from an earlier run, no boot.
@@ -86,6 +91,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Selftest(opts) => Ok(if crate::selftest::run(&opts)? {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        }),
+        Cmd::Fuzz(opts) => Ok(if crate::fuzz::run(&opts)? {
             ExitCode::SUCCESS
         } else {
             ExitCode::FAILURE

@@ -18,6 +18,7 @@ mod check;
 mod cli;
 mod digest;
 mod eta;
+mod fuzz;
 mod guest;
 mod kbuild;
 mod kconfig;

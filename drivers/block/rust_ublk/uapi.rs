@@ -362,6 +362,10 @@ impl IoDesc {
 }
 
 /// `struct ublksrv_ctrl_dev_info`.
+///
+/// The fields the driver does not use (`ublksrv_flags`, `pad1`, `reserved1`, `reserved2`) are
+/// kept as `UBLK_U_CMD_ADD_DEV` got them and given back with the rest: a server may keep its own
+/// data there, and ublk_drv gives it back too.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct DevInfo {
     pub(crate) nr_hw_queues: u16,
@@ -371,10 +375,13 @@ pub(crate) struct DevInfo {
     pub(crate) max_io_buf_bytes: u32,
     pub(crate) dev_id: u32,
     pub(crate) ublksrv_pid: i32,
+    pad1: u32,
     pub(crate) flags: u64,
     pub(crate) ublksrv_flags: u64,
     pub(crate) owner_uid: u32,
     pub(crate) owner_gid: u32,
+    reserved1: u64,
+    reserved2: u64,
 }
 
 impl DevInfo {
@@ -388,10 +395,13 @@ impl DevInfo {
             max_io_buf_bytes: u32_at(b, offset_of!(I, max_io_buf_bytes)),
             dev_id: u32_at(b, offset_of!(I, dev_id)),
             ublksrv_pid: i32_at(b, offset_of!(I, ublksrv_pid)),
+            pad1: u32_at(b, offset_of!(I, pad1)),
             flags: u64_at(b, offset_of!(I, flags)),
             ublksrv_flags: u64_at(b, offset_of!(I, ublksrv_flags)),
             owner_uid: u32_at(b, offset_of!(I, owner_uid)),
             owner_gid: u32_at(b, offset_of!(I, owner_gid)),
+            reserved1: u64_at(b, offset_of!(I, reserved1)),
+            reserved2: u64_at(b, offset_of!(I, reserved2)),
         }
     }
 
@@ -406,10 +416,13 @@ impl DevInfo {
             .put(&mut b, offset_of!(I, max_io_buf_bytes));
         self.dev_id.put(&mut b, offset_of!(I, dev_id));
         self.ublksrv_pid.put(&mut b, offset_of!(I, ublksrv_pid));
+        self.pad1.put(&mut b, offset_of!(I, pad1));
         self.flags.put(&mut b, offset_of!(I, flags));
         self.ublksrv_flags.put(&mut b, offset_of!(I, ublksrv_flags));
         self.owner_uid.put(&mut b, offset_of!(I, owner_uid));
         self.owner_gid.put(&mut b, offset_of!(I, owner_gid));
+        self.reserved1.put(&mut b, offset_of!(I, reserved1));
+        self.reserved2.put(&mut b, offset_of!(I, reserved2));
         b
     }
 }

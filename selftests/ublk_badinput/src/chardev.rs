@@ -13,12 +13,20 @@ use ublk_uapi::{UblksrvIoCmd, UblksrvIoDesc, UBLKSRV_CMD_BUF_OFFSET};
 /// Opens `/dev/ublkc<id>` read-write; returns the errno as `Err(-errno)` so
 /// that a failing open can itself be a probe. Waits for the node to appear.
 pub fn open(id: u32) -> Result<File, i32> {
+    open_flags(id, libc::O_RDWR)
+}
+
+/// [`open`] with open(2)'s `flags` (the access mode and any others).
+pub fn open_flags(id: u32, flags: i32) -> Result<File, i32> {
+    use std::os::unix::fs::OpenOptionsExt;
     let path = format!("/dev/ublkc{id}");
+    let mode = flags & libc::O_ACCMODE;
     let start = Instant::now();
     loop {
         match std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
+            .read(mode != libc::O_WRONLY)
+            .write(mode != libc::O_RDONLY)
+            .custom_flags(flags & !libc::O_ACCMODE)
             .open(&path)
         {
             Ok(f) => return Ok(f),

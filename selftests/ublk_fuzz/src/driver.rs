@@ -9,6 +9,19 @@ use ublk_badinput::ctrl::{self, CONTROL};
 /// The drivers a differential run compares: (short name, module).
 pub const DRIVERS: [(&str, &str); 2] = [("c", "ublk_drv"), ("rust", "rust_ublk")];
 
+/// The module references an open `/dev/ublkcN` of `module` holds:
+/// chrdev_open() takes one for the file's operations and one for the
+/// char device itself if it names an owner, which the kernel crate's char
+/// devices do (`cdev.owner`) and ublk_drv's does not. Either keeps the
+/// module loaded while the file is open.
+pub fn refs_per_char_file(module: &str) -> u64 {
+    if module == DRIVERS[1].1 {
+        2
+    } else {
+        1
+    }
+}
+
 pub fn is_loaded(module: &str) -> bool {
     std::fs::read_to_string("/proc/modules")
         .map(|s| s.lines().any(|l| l.split(' ').next() == Some(module)))

@@ -10,7 +10,13 @@
 //! module loaded before the run is loaded again after it.
 //!
 //! Usage: ublk_fuzz [--seed N] [--steps N] [--rounds N] [--time SECS]
-//!                  [--driver c|rust] [--verbose]
+//!                  [--total-steps N] [--driver c|rust] [--verbose]
+//!
+//! Round `r` (from 0) runs seed `N + r`. `--rounds`, `--time` and
+//! `--total-steps` (steps per driver) bound the run, whichever ends it
+//! first; they are checked between rounds. Every 5 rounds, and at the
+//! end, a `# progress` line gives the totals and the next seed: a run
+//! started from that seed goes on where this one stopped.
 //!
 //! `--driver` runs the rounds against one driver only and prints their
 //! traces (to read what a seed does). A failing round prints its seed and
@@ -21,6 +27,7 @@ mod diff;
 mod driver;
 mod ops;
 mod rng;
+mod trap;
 mod world;
 
 use anyhow::{bail, Context, Result};
@@ -40,6 +47,7 @@ struct Args {
     steps: usize,
     rounds: Option<u64>,
     time: Option<Duration>,
+    total_steps: Option<u64>,
     driver: Option<&'static str>,
     verbose: bool,
 }
@@ -53,6 +61,7 @@ fn parse_args() -> Result<Args> {
         steps: 200,
         rounds: None,
         time: None,
+        total_steps: None,
         driver: None,
         verbose: false,
     };
@@ -68,6 +77,9 @@ fn parse_args() -> Result<Args> {
                     value("--time")?.parse().context("--time")?,
                 ))
             }
+            "--total-steps" => {
+                a.total_steps = Some(value("--total-steps")?.parse().context("--total-steps")?)
+            }
             "--driver" => {
                 let d = value("--driver")?;
                 a.driver = Some(match DRIVERS.iter().find(|(n, _)| *n == d) {
@@ -82,7 +94,7 @@ fn parse_args() -> Result<Args> {
     if a.steps == 0 {
         bail!("--steps 0: a round needs at least one step");
     }
-    if a.rounds.is_none() && a.time.is_none() {
+    if a.rounds.is_none() && a.time.is_none() && a.total_steps.is_none() {
         a.rounds = Some(1);
     }
     Ok(a)
@@ -107,7 +119,10 @@ fn round(seed: u64, steps: usize) -> Result<Vec<String>, (Vec<String>, anyhow::E
             }
         }
     }
-    match w.teardown() {
+    let start = Instant::now();
+    let torn = w.teardown();
+    ops::account("teardown", start.elapsed());
+    match torn {
         Ok(lines) => trace.extend(lines),
         Err(e) if failed.is_none() => failed = Some(e.context("teardown")),
         Err(_) => {}
@@ -122,6 +137,7 @@ fn round(seed: u64, steps: usize) -> Result<Vec<String>, (Vec<String>, anyhow::E
 /// rings go away.
 fn load(module: &str, fresh: bool) -> Result<()> {
     let start = Instant::now();
+    let _time = Accounted("module load", start);
     loop {
         match driver::load(module, fresh) {
             Ok(()) => return Ok(()),
@@ -131,10 +147,31 @@ fn load(module: &str, fresh: bool) -> Result<()> {
     }
 }
 
+/// Adds its time, when dropped, to [`ops::time_spent`]'s table.
+struct Accounted(&'static str, Instant);
+
+impl Drop for Accounted {
+    fn drop(&mut self) {
+        ops::account(self.0, self.1.elapsed());
+    }
+}
+
 fn print_trace(name: &str, trace: &[String]) {
     for l in trace {
         println!("# {name}: {l}");
     }
+}
+
+/// The totals so far and the seed a run that goes on from here starts at.
+fn progress(a: &Args, t: &Totals, start: Instant) {
+    println!(
+        "# progress: rounds {} steps c {} rust {} in {:.0}s, next seed {}",
+        t.rounds,
+        t.steps[0],
+        t.steps[1],
+        start.elapsed().as_secs_f64(),
+        a.seed.wrapping_add(t.rounds)
+    );
 }
 
 struct Totals {
@@ -217,25 +254,27 @@ fn main() -> ExitCode {
         steps: [0; 2],
         known: 0,
     };
-    println!(
-        "# seed {} steps {} {}",
-        a.seed,
-        a.steps,
-        match (a.rounds, a.time) {
-            (Some(r), _) => format!("rounds {r}"),
-            (None, Some(d)) => format!("for {}s", d.as_secs()),
-            _ => unreachable!("parse_args sets one"),
-        }
-    );
+    let mut bounds = Vec::new();
+    if let Some(r) = a.rounds {
+        bounds.push(format!("rounds {r}"));
+    }
+    if let Some(d) = a.time {
+        bounds.push(format!("for {}s", d.as_secs()));
+    }
+    if let Some(n) = a.total_steps {
+        bounds.push(format!("total steps {n}"));
+    }
+    println!("# seed {} steps {} {}", a.seed, a.steps, bounds.join(" "));
     let mut failure = None;
     loop {
-        let done = match (a.rounds, a.time) {
-            (Some(r), _) => t.rounds >= r,
-            (None, Some(d)) => start.elapsed() >= d,
-            _ => true,
-        };
+        let done = a.rounds.is_some_and(|r| t.rounds >= r)
+            || a.time.is_some_and(|d| start.elapsed() >= d)
+            || a.total_steps.is_some_and(|n| t.steps[0] >= n);
         if done {
             break;
+        }
+        if t.rounds > 0 && t.rounds.is_multiple_of(5) {
+            progress(&a, &t, start);
         }
         let seed = a.seed.wrapping_add(t.rounds);
         t.rounds += 1;
@@ -272,6 +311,13 @@ fn main() -> ExitCode {
                 break;
             }
         }
+    }
+    if failure.is_none() {
+        progress(&a, &t, start);
+    }
+    println!("# where the time went (both drivers):");
+    for l in ops::time_spent() {
+        println!("#   {l}");
     }
     let restored = match before {
         Some(m) => load(m, false)

@@ -6,6 +6,7 @@
 
 use anyhow::{Context, Result};
 use std::os::fd::AsRawFd;
+use std::time::Duration;
 use ublk_badinput::cases::ctrl::basic_params;
 use ublk_badinput::cases::server::{Answering, Server};
 use ublk_badinput::chardev::{self, io_sqe_result, IoBuf};
@@ -16,7 +17,17 @@ use ublk_badinput::ring::{Got, Ring, PEEK};
 use ublk_uapi::*;
 
 use crate::rng::Rng;
+use crate::trap::Trap;
 use crate::world::{state_name, FDev, Padded, World, MAX_DEVS};
+
+/// How long an io command may take to complete before it counts as
+/// queued. Both drivers answer an io command while io_uring_enter()
+/// submits it, or from task work that the submitting task runs as soon as
+/// it waits; none goes to io-wq, whose worker the TCG guest may not
+/// schedule for a while (the control commands that may wait, START_DEV and
+/// END_USER_RECOVERY, keep [`PEEK`]). The fuzzer spends most of its time
+/// in these waits: a shorter one runs more steps per second.
+const IO_PEEK: Duration = Duration::from_millis(50);
 
 #[derive(Clone, Copy, Debug)]
 enum Op {
@@ -101,14 +112,48 @@ const FLAGS: &[u64] = &[
     UBLK_F_SUPPORT_RQ_AFFINITY,
 ];
 
+/// Where a run's time went: per operation, the steps and their time.
+static TIME_SPENT: std::sync::Mutex<Vec<(String, u64, Duration)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Adds a step of `what` that took `d` to [`time_spent`]'s table.
+pub fn account(what: &str, d: Duration) {
+    let mut t = TIME_SPENT.lock().unwrap_or_else(|e| e.into_inner());
+    match t.iter_mut().find(|(n, _, _)| n == what) {
+        Some(e) => {
+            e.1 += 1;
+            e.2 += d;
+        }
+        None => t.push((what.to_string(), 1, d)),
+    }
+}
+
+/// The table of [`account`]: each operation's steps, total and mean
+/// time, most time first.
+pub fn time_spent() -> Vec<String> {
+    let mut t = TIME_SPENT.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    t.sort_by_key(|e| std::cmp::Reverse(e.2));
+    t.iter()
+        .map(|(n, c, d)| {
+            format!(
+                "{n:<14} {c:>7} steps {:>8.1}s {:>7.1}ms each",
+                d.as_secs_f64(),
+                d.as_secs_f64() * 1000.0 / *c as f64
+            )
+        })
+        .collect()
+}
+
 /// Draws and runs one step; the trace line.
 pub fn step(w: &mut World, rng: &mut Rng) -> Result<String> {
     let weights: Vec<u64> = OPS.iter().map(|(_, wt)| *wt).collect();
     loop {
         let op = OPS[rng.weighted(&weights)].0;
+        let start = std::time::Instant::now();
         // A failure names the operation that was drawn: a step that
         // fails has no trace line of its own.
         if let Some(line) = run(w, rng, op).with_context(|| format!("{op:?}"))? {
+            account(&format!("{op:?}"), start.elapsed());
             return Ok(line);
         }
     }
@@ -177,9 +222,10 @@ fn own_dev(w: &World, rng: &mut Rng, ok: impl Fn(&FDev) -> bool) -> Option<usize
     }
 }
 
-/// Sometimes breaks a field of a control command's header that the
-/// command does not use; returns what it did, for the trace.
-fn mutate_hdr(rng: &mut Rng, h: &mut UblksrvCtrlCmd) -> String {
+/// Sometimes breaks a field of a control command's header: one that the
+/// command does not use, or the address of its buffer. Returns what it
+/// did, for the trace.
+fn mutate_hdr(rng: &mut Rng, h: &mut UblksrvCtrlCmd, trap: &Trap) -> String {
     if !rng.chance(8) {
         return String::new();
     }
@@ -197,8 +243,17 @@ fn mutate_hdr(rng: &mut Rng, h: &mut UblksrvCtrlCmd) -> String {
             " reserved=1".into()
         }
         _ => {
-            h.addr = rng.pick(&[0, 1]);
-            format!(" addr={}", h.addr)
+            // None, not a user address, or memory the command cannot use
+            // whole (it fails with EFAULT there).
+            let (addr, name) = rng.pick(&[
+                (0, "0"),
+                (1, "1"),
+                (trap.read_only(), "read-only"),
+                (trap.no_access(), "no-access"),
+                (trap.overrun(), "overrun"),
+            ]);
+            h.addr = addr;
+            format!(" addr={name}")
         }
     }
 }
@@ -230,8 +285,10 @@ fn add(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
         flags |= rng.pick(&[1u64 << 22, 1 << 40]);
     }
     let mut info = Padded::<UblksrvCtrlDevInfo>::default();
-    info.v.nr_hw_queues = rng.pick(&[1, 1, 1, 2, 0, 4097]);
-    info.v.queue_depth = rng.pick(&[1, 1, 2, 4, 0, 4097]);
+    // More queues than the guest has CPUs (the drivers make as many as
+    // there are), the most tags, and one past them.
+    info.v.nr_hw_queues = rng.pick(&[1, 1, 1, 1, 2, 0, 4097, 3, 4, 64]);
+    info.v.queue_depth = rng.pick(&[1, 1, 1, 2, 4, 0, 4097, 3, 128, 4095, 4096]);
     info.v.max_io_buf_bytes = rng.pick(&[MAX_IO_BUF_BYTES, MAX_IO_BUF_BYTES, 4096, 0, 1 << 30]);
     info.v.dev_id = rng.pick(&[ANY_ID, ANY_ID, ANY_ID, 0, 3, ABSENT_ID, 1 << 20]);
     info.v.flags = flags;
@@ -247,24 +304,47 @@ fn add(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
         flags,
         info.v.io_desc_size
     );
+    // What the driver owns (the server's pid, the state, the owner) and
+    // what it keeps for the server (`ublksrv_flags`, the reserved fields):
+    // ADD_DEV's answer and GET_DEV_INFO show what became of them.
+    if rng.chance(10) {
+        let me = std::process::id() as i32;
+        let (pid, name) = rng.pick(&[(me, "self"), (1, "1"), (-5, "-5")]);
+        info.v.ublksrv_pid = pid;
+        desc += &format!(" pid={name}");
+    }
+    if rng.chance(8) {
+        info.v.ublksrv_flags = 0x5a5a_0000_0000_a5a5;
+        info.v.pad1 = 7;
+        info.v.reserved1 = 0x1111;
+        info.v.reserved2 = u64::MAX;
+        info.v.state = UBLK_S_DEV_LIVE;
+        info.v.owner_uid = 1234;
+        info.v.owner_gid = 5678;
+        desc += " junk";
+    }
     if rng.chance(8) {
         h.len = rng.pick(&[0, 32, 63, 65, 128]);
         desc += &format!(" len={}", h.len);
     }
-    desc += &mutate_hdr(rng, &mut h);
+    desc += &mutate_hdr(rng, &mut h, &w.trap);
     let got = run_now(w, UBLK_U_CMD_ADD_DEV, &h, &desc)?;
     let mut line = format!("{desc} -> {}", show(got));
     if got == Got::Res(0) {
         let i = info.v;
         line += &format!(
-            " dev_id={} q={} d={} mb={} flags={:#x} state={} desc={}",
+            " dev_id={} q={} d={} mb={} flags={:#x} state={} desc={} pid={} owner={}:{}{}",
             i.dev_id,
             i.nr_hw_queues,
             i.queue_depth,
             i.max_io_buf_bytes,
             i.flags,
             state_name(i.state),
-            i.io_desc_size
+            i.io_desc_size,
+            i.ublksrv_pid,
+            i.owner_uid,
+            i.owner_gid,
+            kept_for_server(&i)
         );
         w.devs.push(FDev::new(i));
     }
@@ -281,7 +361,7 @@ fn del(w: &mut World, rng: &mut Rng, async_: bool) -> Result<Option<String>> {
     }
     let mut h = hdr(id);
     let mut desc = format!("{} {}", if async_ { "del_async" } else { "del" }, id as i32);
-    desc += &mutate_hdr(rng, &mut h);
+    desc += &mutate_hdr(rng, &mut h, &w.trap);
     let op = if async_ {
         UBLK_U_CMD_DEL_DEV_ASYNC
     } else {
@@ -316,7 +396,7 @@ fn info(w: &mut World, rng: &mut Rng, v2: bool) -> Result<Option<String>> {
         h.len = rng.pick(&[0, 63, 80]);
         desc += &format!(" len={}", h.len);
     }
-    desc += &mutate_hdr(rng, &mut h);
+    desc += &mutate_hdr(rng, &mut h, &w.trap);
     let op = if v2 {
         UBLK_U_CMD_GET_DEV_INFO2
     } else {
@@ -339,8 +419,21 @@ fn info(w: &mut World, rng: &mut Rng, v2: bool) -> Result<Option<String>> {
             i.owner_gid,
             i.io_desc_size
         );
+        line += &kept_for_server(&i);
     }
     Ok(Some(line))
+}
+
+/// The fields of a device's info that the driver does not use, as the
+/// trace shows them: nothing if they are all 0.
+fn kept_for_server(i: &UblksrvCtrlDevInfo) -> String {
+    if i.ublksrv_flags == 0 && i.pad1 == 0 && i.reserved1 == 0 && i.reserved2 == 0 {
+        return String::new();
+    }
+    format!(
+        " ublksrv_flags={:#x} pad1={} reserved={:#x}/{:#x}",
+        i.ublksrv_flags, i.pad1, i.reserved1, i.reserved2
+    )
 }
 
 fn set_params(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
@@ -405,6 +498,20 @@ fn set_params(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
         v.integrity.tag_size,
         v.integrity.pi_offset
     );
+    if rng.chance(5) {
+        // Every basic field at once, anything its type holds.
+        let b = &mut v.basic;
+        b.attrs = rng.next() as u32;
+        b.logical_bs_shift = rng.next() as u8;
+        b.physical_bs_shift = rng.next() as u8;
+        b.io_opt_shift = rng.next() as u8;
+        b.io_min_shift = rng.next() as u8;
+        b.max_sectors = rng.next() as u32;
+        b.chunk_sectors = rng.next() as u32;
+        b.dev_sectors = rng.next();
+        b.virt_boundary_mask = rng.next();
+        desc += " random";
+    }
     if rng.chance(40) {
         let b = &mut v.basic;
         match rng.below(9) {
@@ -432,9 +539,7 @@ fn set_params(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
         );
     }
     if rng.chance(10) {
-        // The header alone, a length that ends inside the basic parameters
-        // or after them, none, more than there are.
-        p.v.len = rng.pick(&[0, 8, 24, 40, std::mem::size_of::<UblkParams>() as u32 + 8]);
+        p.v.len = rng.pick(&params_lengths());
         desc += &format!(" plen={}", p.v.len);
     }
     let mut h = hdr(id);
@@ -443,21 +548,42 @@ fn set_params(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
         h.len = rng.pick(&[0, 7, 8, h.len + 64]);
         desc += &format!(" len={}", h.len);
     }
-    desc += &mutate_hdr(rng, &mut h);
+    desc += &mutate_hdr(rng, &mut h, &w.trap);
     let got = run_now(w, UBLK_U_CMD_SET_PARAMS, &h, &desc)?;
     Ok(Some(format!("{desc} -> {}", show(got))))
+}
+
+/// Lengths of `struct ublk_params` a command may give: none, the header
+/// alone, inside the basic parameters, at the end of each member and one
+/// byte past it, the whole and more (syzkaller's description ends inside
+/// the DMA alignment member).
+fn params_lengths() -> Vec<u32> {
+    use std::mem::{offset_of, size_of};
+    let mut v = vec![0, 8, 24, 108];
+    for end in [
+        offset_of!(UblkParams, discard),
+        offset_of!(UblkParams, devt),
+        offset_of!(UblkParams, zoned),
+        offset_of!(UblkParams, dma),
+        offset_of!(UblkParams, seg),
+        offset_of!(UblkParams, integrity),
+        size_of::<UblkParams>(),
+    ] {
+        v.extend([end as u32, end as u32 + 1]);
+    }
+    v.push(size_of::<UblkParams>() as u32 + 8);
+    v
 }
 
 fn get_params(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
     let (id, _) = target(w, rng);
     let mut p = Padded::<UblkParams>::default();
-    p.v.len = rng.pick(&[
-        std::mem::size_of::<UblkParams>() as u32,
-        std::mem::size_of::<UblkParams>() as u32,
-        8,
-        0,
-        100,
-    ]);
+    let size = std::mem::size_of::<UblkParams>() as u32;
+    p.v.len = if rng.chance(50) {
+        size
+    } else {
+        rng.pick(&params_lengths())
+    };
     let mut h = hdr(id);
     (h.addr, h.len) = bytes_of(&mut p.v);
     let mut desc = format!("get_params {} plen={}", id as i32, p.v.len);
@@ -465,7 +591,7 @@ fn get_params(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
         h.len = rng.pick(&[0, 7]);
         desc += &format!(" len={}", h.len);
     }
-    desc += &mutate_hdr(rng, &mut h);
+    desc += &mutate_hdr(rng, &mut h, &w.trap);
     let got = run_now(w, UBLK_U_CMD_GET_PARAMS, &h, &desc)?;
     let mut line = format!("{desc} -> {}", show(got));
     if got == Got::Res(0) {
@@ -494,7 +620,7 @@ fn affinity(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
         "affinity {} q={} len={}",
         id as i32, h.data[0] as i64, h.len
     );
-    desc += &mutate_hdr(rng, &mut h);
+    desc += &mutate_hdr(rng, &mut h, &w.trap);
     let got = run_now(w, UBLK_U_CMD_GET_QUEUE_AFFINITY, &h, &desc)?;
     let mut line = format!("{desc} -> {}", show(got));
     if got == Got::Res(0) {
@@ -509,7 +635,7 @@ fn features(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
     h.addr = &mut f.v as *mut _ as u64;
     h.len = rng.pick(&[8, 8, 0, 4, 16]);
     let mut desc = format!("features id={} len={}", h.dev_id, h.len);
-    desc += &mutate_hdr(rng, &mut h);
+    desc += &mutate_hdr(rng, &mut h, &w.trap);
     let got = run_now(w, UBLK_U_CMD_GET_FEATURES, &h, &desc)?;
     let mut line = format!("{desc} -> {}", show(got));
     if got == Got::Res(0) {
@@ -522,7 +648,7 @@ fn features(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
 /// so they run on a ring of their own, which the device keeps while the
 /// command waits. Not drawn where every tag may be fetched: the command
 /// would go on and the disk's I/O would reach tags nobody answers.
-fn waiting_ctrl(w: &mut World, rng: &mut Rng, op: u32, name: &str) -> Result<Option<String>> {
+fn waiting_ctrl(w: &mut World, rng: &mut Rng, op: u32, cmd: &str) -> Result<Option<String>> {
     let (id, i) = target(w, rng);
     if let Some(i) = i {
         if w.devs[i].maybe_all_fetched() && w.devs[i].live.is_none() {
@@ -530,14 +656,22 @@ fn waiting_ctrl(w: &mut World, rng: &mut Rng, op: u32, name: &str) -> Result<Opt
         }
     }
     let mut h = hdr(id);
-    h.data[0] = rng.pick(&[std::process::id() as u64, std::process::id() as u64, 0, 1]);
-    let pid = if h.data[0] == std::process::id() as u64 {
-        "self".to_string()
-    } else {
-        h.data[0].to_string()
-    };
-    let mut desc = format!("{name} {} pid={pid}", id as i32);
-    desc += &mutate_hdr(rng, &mut h);
+    // The pid is an int in data[0]'s low 32 bits: -1, 0, and this process
+    // with bits above them set.
+    let me = u64::from(std::process::id());
+    let (pid, name) = rng.pick(&[
+        (me, "self"),
+        (me, "self"),
+        (me, "self"),
+        (0, "0"),
+        (1, "1"),
+        (0xffff_ffff, "0xffffffff"),
+        (1 << 32, "2^32"),
+        ((1 << 32) | me, "2^32+self"),
+    ]);
+    h.data[0] = pid;
+    let mut desc = format!("{cmd} {} pid={name}", id as i32);
+    desc += &mutate_hdr(rng, &mut h, &w.trap);
     let mut ring = Ring::<io_uring::squeue::Entry128>::new()?;
     let got = ring.run(sqe128(w.env.ctrl.fd(), op, &h), PEEK)?;
     if got == Got::Pending {
@@ -561,7 +695,7 @@ fn simple_ctrl(
     let mut h = hdr(id);
     h.data[0] = rng.pick(data);
     let mut desc = format!("{name} {} data={}", id as i32, h.data[0] as i64);
-    desc += &mutate_hdr(rng, &mut h);
+    desc += &mutate_hdr(rng, &mut h, &w.trap);
     let live = i.is_some_and(|i| w.devs[i].live.is_some());
     let mut got = w.env.ctrl.run(op, &h)?;
     // udev's probes open a started disk for a moment (after START_DEV,
@@ -637,7 +771,7 @@ fn file_call(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
         None => (w.env.ctrl.fd(), "ublk-control".to_string()),
     };
     let mut buf = [0u8; 512];
-    let off = rng.pick(&[0, UBLKSRV_IO_BUF_OFFSET as libc::off_t]);
+    let off = file_offset(w, dev, rng);
     let (what, ret) = match rng.below(6) {
         // SAFETY: reading into, or writing from, a local buffer of that size.
         0 => ("read", unsafe {
@@ -672,19 +806,49 @@ fn file_call(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
     Ok(Some(format!("{what} {name}{at} -> {}", show(got))))
 }
 
+/// Where a file syscall reads or writes: the start of the file, or a
+/// user-copy position (a queue, a tag of it and an offset in its buffer,
+/// sometimes in the integrity data), each in range or just past it.
+fn file_offset(w: &World, dev: Option<usize>, rng: &mut Rng) -> libc::off_t {
+    if rng.chance(30) {
+        return 0;
+    }
+    let (nrq, depth) = dev
+        .map(|i| (w.devs[i].nr_queues(), w.devs[i].depth()))
+        .unwrap_or((1, 1));
+    let q = u64::from(rng.pick(&[0, 0, 1, nrq]));
+    let tag = u64::from(rng.pick(&[0, 0, depth.saturating_sub(1), depth]));
+    let within = rng.pick(&[0u64, 0, 512, 4096]);
+    let mut pos = UBLKSRV_IO_BUF_OFFSET + (q << UBLK_QID_OFF) + (tag << UBLK_TAG_OFF) + within;
+    if rng.chance(10) {
+        pos |= UBLKSRV_IO_INTEGRITY_FLAG;
+    }
+    pos as libc::off_t
+}
+
 fn open_char(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
     let Some(i) = own_dev(w, rng, |_| true) else {
         return Ok(None);
     };
     let id = w.devs[i].id;
     let held = w.devs[i].server.is_some() || w.devs[i].live.is_some();
+    // Neither driver looks at how its char device was opened; the file
+    // syscalls on it do (mmap wants it readable, a write writable).
+    let (flags, how) = rng.pick(&[
+        (libc::O_RDWR, ""),
+        (libc::O_RDWR, ""),
+        (libc::O_RDWR, ""),
+        (libc::O_RDONLY, " rdonly"),
+        (libc::O_WRONLY, " wronly"),
+        (libc::O_RDWR | libc::O_NONBLOCK, " nonblock"),
+    ]);
     let got = if held {
-        match chardev::open(id) {
+        match chardev::open_flags(id, flags) {
             Ok(_) => Got::Res(0),
             Err(e) => Got::Res(e),
         }
     } else {
-        match w.open_when_free(id) {
+        match w.open_when_free(id, flags) {
             Ok(f) => {
                 w.attach(i, f)?;
                 Got::Res(0)
@@ -693,7 +857,7 @@ fn open_char(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
         }
     };
     let what = if held { "second open" } else { "open" };
-    Ok(Some(format!("{what} ublkc{id} -> {}", show(got))))
+    Ok(Some(format!("{what} ublkc{id}{how} -> {}", show(got))))
 }
 
 fn close_char(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
@@ -729,6 +893,7 @@ fn mmap(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
         (libc::MAP_SHARED, "shared"),
         (libc::MAP_SHARED, "shared"),
         (libc::MAP_PRIVATE, "private"),
+        (libc::MAP_SHARED | libc::MAP_POPULATE, "shared+populate"),
     ]);
     let got = match chardev::mmap(fd, len, prot, flags, off) {
         Ok(_m) => Got::Res(0),
@@ -786,8 +951,17 @@ fn io(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
         _ => 0xdead_0000_0000,
     };
     let fd = server.file.as_raw_fd();
-    let sqe = io_sqe_result(fd, op, q, tag, addr, result);
-    let got = server.ring.run(sqe, PEEK)?;
+    let mut sqe = io_sqe_result(fd, op, q, tag, addr, result);
+    // From an io_uring worker: both drivers issue the command again from
+    // the submitting task's task work, after the worker ran, so it may
+    // take as long as a control command.
+    let (wait, async_) = if rng.chance(10) {
+        sqe = sqe.flags(io_uring::squeue::Flags::ASYNC);
+        (PEEK, " async")
+    } else {
+        (IO_PEEK, "")
+    };
+    let got = server.ring.run(sqe, wait)?;
     let d = &mut w.devs[i];
     if fetch && got == Got::Pending && q < nrq && tag < depth {
         d.fetched.insert((q, tag));
@@ -797,7 +971,7 @@ fn io(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
     }
     let a = ["buf", "0", "buf+1", "bad"][addr_kind as usize];
     Ok(Some(format!(
-        "{name} ublkc{} q={q} tag={tag} addr={a} res={result} -> {}",
+        "{name} ublkc{} q={q} tag={tag} addr={a} res={result}{async_} -> {}",
         d.id,
         show(got)
     )))
@@ -819,7 +993,7 @@ fn live_io(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
     let fd = live.s.file.as_raw_fd();
     let buf = live.s.buf.addr();
     let mut ring = Ring::<io_uring::squeue::Entry>::new()?;
-    let got = ring.run(io_sqe_result(fd, op, 0, tag, buf, 0), PEEK)?;
+    let got = ring.run(io_sqe_result(fd, op, 0, tag, buf, 0), IO_PEEK)?;
     if got == Got::Pending {
         d.io_waiters.push(ring);
     }
@@ -839,7 +1013,7 @@ fn go_live(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
         id: w.devs[i].id,
         info: w.devs[i].info,
     };
-    let started = match w.open_when_free(dev.id) {
+    let started = match w.open_when_free(dev.id, libc::O_RDWR) {
         Ok(file) => {
             let server = Server {
                 ring: Ring::new()?,

@@ -29,6 +29,8 @@ use ublk_badinput::errno::show;
 use ublk_badinput::ring::{Got, Ring};
 use ublk_uapi::*;
 
+use crate::trap::Trap;
+
 /// Most devices a round holds at once.
 pub const MAX_DEVS: usize = 4;
 /// How long a settling wait (a release, a removal, a state change) may take.
@@ -121,6 +123,8 @@ impl FDev {
 pub struct World {
     pub env: Env,
     pub devs: Vec<FDev>,
+    /// Dropped last: commands may have been given its addresses.
+    pub trap: Trap,
 }
 
 impl World {
@@ -128,6 +132,7 @@ impl World {
         Ok(World {
             env: Env::new(Ctrl::open()?),
             devs: Vec::new(),
+            trap: Trap::new()?,
         })
     }
 
@@ -156,8 +161,9 @@ impl World {
     /// the partition scan), each of which holds one. What those reset or
     /// hold (the fetched tags, the server, an opener) decides how START_DEV,
     /// END_USER_RECOVERY, START_USER_RECOVERY and TRY_STOP_DEV answer.
-    /// Polls `/sys/module/<driver>/refcnt` down to the number of files the
-    /// fuzzer holds (the control device, each open char device); after
+    /// Polls `/sys/module/<driver>/refcnt` down to the references of the
+    /// files the fuzzer holds (the control device's, each open char
+    /// device's: [`crate::driver::refs_per_char_file`]); after
     /// [`REFS_SETTLE`] it goes on (an opener that stays, e.g. udev reading a
     /// quiesced disk after UPDATE_SIZE, is then part of the state both
     /// drivers see).
@@ -165,11 +171,12 @@ impl World {
         let Some(module) = crate::driver::loaded() else {
             return;
         };
-        let held = 1 + self
-            .devs
-            .iter()
-            .filter(|d| d.server.is_some() || d.live.is_some())
-            .count() as u64;
+        let held = 1 + crate::driver::refs_per_char_file(module)
+            * self
+                .devs
+                .iter()
+                .filter(|d| d.server.is_some() || d.live.is_some())
+                .count() as u64;
         let path = format!("/sys/module/{module}/refcnt");
         let start = Instant::now();
         while start.elapsed() < REFS_SETTLE {
@@ -223,13 +230,14 @@ impl World {
         }
     }
 
-    /// Opens the char device of `id`, which the fuzzer does not hold:
-    /// retries while it is busy, since both drivers release it in a work
-    /// item after the last close. EBUSY for [`SETTLE`] is the answer.
-    pub fn open_when_free(&mut self, id: u32) -> Result<std::fs::File, i32> {
+    /// Opens the char device of `id`, which the fuzzer does not hold, with
+    /// open(2)'s `flags`: retries while it is busy, since both drivers
+    /// release it in a work item after the last close. EBUSY for [`SETTLE`]
+    /// is the answer.
+    pub fn open_when_free(&mut self, id: u32, flags: i32) -> Result<std::fs::File, i32> {
         let start = Instant::now();
         loop {
-            match chardev::open(id) {
+            match chardev::open_flags(id, flags) {
                 Err(e) if e == -libc::EBUSY && start.elapsed() < SETTLE => {}
                 r => return r,
             }

@@ -1,12 +1,13 @@
 //! ADD_DEV: header and device info checks.
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use libc::{EEXIST, EINVAL};
 use ublk_uapi::*;
 
 use super::{case, err, Case, OK};
 use crate::ctrl::{hdr, with_buf};
 use crate::env::{dev_info, Env, ABSENT_ID, ANY_ID};
+use crate::errno::show;
 use crate::ring::Got;
 
 /// ADD_DEV of the default device info, changed by `f`; a device it creates
@@ -175,8 +176,53 @@ fn add_dev_batch_io_depth_1(env: &mut Env) -> Result<Got> {
     })
 }
 
+/// ADD_DEV with the fields the driver does not use filled in: its answer
+/// and GET_DEV_INFO give them back as they were (a server may keep data of
+/// its own there). 1 with what differed, if either does not.
+fn add_dev_keeps_unused_fields(env: &mut Env) -> Result<Got> {
+    let fill = |i: &mut UblksrvCtrlDevInfo| {
+        i.ublksrv_flags = 0x5a5a_0000_0000_a5a5;
+        i.pad1 = 7;
+        i.reserved1 = 0x1111;
+        i.reserved2 = u64::MAX;
+    };
+    let mut info = dev_info(1, 2, 0);
+    fill(&mut info);
+    let r = env
+        .ctrl
+        .cmd(UBLK_U_CMD_ADD_DEV, &with_buf(hdr(ANY_ID), &mut info))?;
+    if r != 0 {
+        bail!("setup: ADD_DEV got {}", show(Got::Res(r)));
+    }
+    env.created(info.dev_id);
+    let mut got = UblksrvCtrlDevInfo::default();
+    let r = env.ctrl.cmd(
+        UBLK_U_CMD_GET_DEV_INFO,
+        &with_buf(hdr(info.dev_id), &mut got),
+    )?;
+    if r != 0 {
+        bail!("GET_DEV_INFO got {}", show(Got::Res(r)));
+    }
+    let mut want = UblksrvCtrlDevInfo::default();
+    fill(&mut want);
+    let unused = |i: &UblksrvCtrlDevInfo| (i.ublksrv_flags, i.pad1, i.reserved1, i.reserved2);
+    let mut ok = true;
+    for (what, i) in [("ADD_DEV", &info), ("GET_DEV_INFO", &got)] {
+        if unused(i) != unused(&want) {
+            println!(
+                "# {what} gives back ublksrv_flags, pad1, reserved1, reserved2 {:x?}, not {:x?}",
+                unused(i),
+                unused(&want)
+            );
+            ok = false;
+        }
+    }
+    Ok(if ok { OK } else { Got::Res(1) })
+}
+
 pub const CASES: &[Case] = &[
     case!(add_dev_ok, OK),
+    case!(add_dev_keeps_unused_fields, OK),
     case!(add_dev_with_id_ok, OK),
     case!(add_dev_len_short, err(EINVAL)),
     case!(add_dev_len_zero, err(EINVAL)),
