@@ -70,6 +70,8 @@ SELFTESTS=${SELFTESTS:?SELFTESTS (the upstream ublk selftests) not set}
 UBLK_PROG=$SELFTESTS/kublk
 export UBLK_PROG
 TID=kill_recover
+# shellcheck source-path=SCRIPTDIR source=soak_lib.sh
+. "$(dirname "$0")/soak_lib.sh"
 
 # A longer soak: KILL_ROUNDS, KILL_CYCLES, KILL_MODES and KILL_RECOVERY (README.md, "A
 # longer soak"). The modes: those of _run_data_modes, and auto_zc_fallback
@@ -142,23 +144,8 @@ for f in "${features[@]}"; do
 		exit "$UBLK_SKIP_CODE"
 	}
 done
-# The module that provides /dev/ublk-control.
-MOD=$(awk '$1 == "ublk_drv" || $1 == "rust_ublk" { print $1 }' /proc/modules)
-[ -n "$MOD" ] || {
-	echo "no ublk driver module loaded (built in?): cannot reload it"
-	exit "$UBLK_SKIP_CODE"
-}
-[[ "$MOD" =~ ^[a-z_]+$ ]] || {
-	echo "FAIL: both ublk drivers are loaded ($(echo $MOD)): which one is under test?"
-	exit 1
-}
-# KASAN keeps freed objects in quarantine (tens of MiB): slab is reported,
-# not judged, there.
-kasan=
-if grep -q ' kasan_report$' /proc/kallsyms 2>/dev/null ||
-	dmesg | grep -q "KernelAddressSanitizer initialized"; then
-	kasan=1
-fi
+soak_find_module
+soak_find_kasan
 
 _prep_test "recover" "kill -9 of the server in a loop under fio verify ($CYCLES per round, $ROUNDS round(s) per mode of: $MODES)"
 _create_backfile 0 64M
@@ -197,12 +184,6 @@ cleanup() {
 	rmdir "$UBLK_TEST_DIR" 2>/dev/null
 }
 trap cleanup EXIT
-
-# now_ms: sets NOW to the time in ms (no fork: bash's clock).
-now_ms() {
-	local t=${EPOCHREALTIME/./}
-	NOW=$((10#$t / 1000))
-}
 
 # list_field <awk field>: a field of `kublk list -n $dev_id`'s device line.
 list_field() {
@@ -270,9 +251,6 @@ recover() {
 	done
 	fail "$1: kublk recover failed (exit $rc, $i retries): $out"
 }
-
-# ms_sleep <ms>: sleep that many milliseconds.
-ms_sleep() { sleep "$(printf '%d.%03d' $(($1 / 1000)) $(($1 % 1000)))"; }
 
 # kill_in_recovery <what>: the device has no server; start `kublk recover` and,
 # a random 0 to 150 ms after, kill -9 every process of it: the command, its
@@ -404,64 +382,6 @@ wait_fio() {
 	return 0
 }
 
-# reload_module <round>: unload the driver once nothing holds it, load it again.
-reload_module() {
-	local refcnt i
-	for ((i = 0; i < UNUSED_WAIT * 10; i++)); do
-		read -r refcnt </sys/module/"$MOD"/refcnt
-		[ "$refcnt" = 0 ] && break
-		sleep 0.1
-	done
-	[ "$refcnt" = 0 ] || fail "round $1: $MOD still in use (refcnt $refcnt) ${UNUSED_WAIT}s after its device was deleted"
-	timeout -k 5 "$CMD_WAIT" modprobe -r "$MOD" || fail "round $1: modprobe -r $MOD failed"
-	grep -q "^$MOD " /proc/modules && fail "round $1: $MOD still listed after modprobe -r"
-	timeout -k 5 "$CMD_WAIT" modprobe "$MOD" || fail "round $1: modprobe $MOD failed or did not return in ${CMD_WAIT}s"
-	for ((i = 0; i < 50; i++)); do
-		[ -c /dev/ublk-control ] && return 0
-		sleep 0.1
-	done
-	fail "round $1: /dev/ublk-control missing after loading $MOD"
-}
-
-# slab_kib: unreclaimable slab memory, after dropping what can be dropped;
-# also keeps a copy of /proc/slabinfo in $1.
-slab_kib() {
-	sync
-	echo 3 >/proc/sys/vm/drop_caches
-	cat /proc/slabinfo >"$1" 2>/dev/null
-	awk '$1 == "SUnreclaim:" { print $2 }' /proc/meminfo
-}
-
-# slab_growth <before> <after>: the five caches whose memory grew most
-# (/proc/slabinfo needs CONFIG_SLUB_DEBUG, which a tinyconfig SLUB lacks).
-slab_growth() {
-	[ -s "$1" ] || {
-		echo "(no /proc/slabinfo on this kernel)"
-		return
-	}
-	awk 'NR == FNR { if (FNR > 2) kib[$1] = $3 * $4 / 1024; next }
-	     FNR > 2 { d = $3 * $4 / 1024 - kib[$1]; if (d > 0) printf "%s +%d KiB\n", $1, d }' \
-		"$1" "$2" | sort -t+ -k2 -rn | head -n 5 | tr '\n' ' '
-}
-
-# leftovers: ublk devices, disks and char devices that should be gone.
-leftovers() {
-	ls -d /sys/class/ublk-char/* /sys/block/ublkb* \
-		/dev/ublkc* /dev/ublkb* 2>/dev/null | tr '\n' ' '
-}
-
-# memory_sample <n>: what must come back after each round: unreclaimable
-# slab (appended to `slabs`; /proc/slabinfo kept as slabinfo.<n>) and the
-# loaded modules with their reference counts (in `mods`); no ublk device may
-# be left.
-memory_sample() {
-	local left
-	left=$(leftovers)
-	[ -z "$left" ] || fail "round $1: left after deleting the device and reloading $MOD: $left"
-	slabs+=("$(slab_kib "$UBLK_TEST_DIR/slabinfo.$1")")
-	mods=$(awk '{ print $1 "/" $3 }' /proc/modules | sort | tr '\n' ' ')
-}
-
 min=999999 max=0 sum=0 kills=0 busy=0 runs=0 slabs=() timed=0
 fail_rounds=0 fail_busy=0 eio=0 nosrv=QUIESCED unverified=0
 waited=0 delayed=0 in_recovery=0 early=0 late=0 waited_busy=0
@@ -475,8 +395,8 @@ timeout -k 10 "$FIO_WAIT" fio --ioengine=io_uring --direct=1 --iodepth=16 --allo
 	fail "warm-up: fio on a new device failed"
 }
 del_dev "warm-up"
-reload_module 0
-memory_sample 0
+reload_module "warm-up"
+memory_sample 0 "$UBLK_TEST_DIR"
 mods0=$mods
 echo "baseline: SUnreclaim ${slabs[0]} KiB; modules (name/references): $mods0"
 # round <mode> <kublk options>: a round with the device served in <mode>
@@ -589,13 +509,10 @@ round() {
 	}
 	[ -n "$nodata" ] && unverified=$((unverified + n))
 
-	reload_module "$r"
-	memory_sample "$r"
+	reload_module "round $r"
+	memory_sample "$r" "$UBLK_TEST_DIR"
 	echo "round $r ($mode, $rec): $CYCLES kills, $n fio passes ($errs I/Os failed), SUnreclaim ${slabs[-1]} KiB after the reload"
-	[ "$mods" = "$mods0" ] || fail "round $r: modules (name/references) now: $mods; before round 1: $mods0"
-	growth=$((slabs[-1] - slabs[0]))
-	[ -n "$kasan" ] || [ "$growth" -le "$SLAB_KIB" ] ||
-		fail "round $r: unreclaimable slab memory $growth KiB above the baseline (more than $SLAB_KIB); grew most: $(slab_growth "$UBLK_TEST_DIR/slabinfo.0" "$UBLK_TEST_DIR/slabinfo.$r")"
+	memory_check "$r" "$UBLK_TEST_DIR" "round $r"
 }
 
 # The modes of _run_data_modes, in its order, then auto_zc_fallback, which

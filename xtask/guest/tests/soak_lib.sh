@@ -1,0 +1,117 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# What the long-running tests (test_kill_recover.sh, test_many_devices.sh)
+# share: the driver module under test, reloading it once nothing holds it,
+# and what must come back after a round: unreclaimable slab memory, the
+# loaded modules with their references, no ublk device left.
+#
+# The caller defines fail (prints FAIL: and exits 1), CMD_WAIT (s for one
+# command) and UNUSED_WAIT (s for the module's users to go), and sources
+# test_common.sh first (UBLK_SKIP_CODE). What these functions set (NOW,
+# MOD, kasan, slabs, mods) is the caller's to read, and mods0 (round 0's
+# mods) and SLAB_KIB its to set:
+# shellcheck disable=SC2034,SC2154
+
+# soak_find_module: sets MOD to the loaded module that provides
+# /dev/ublk-control (ublk_drv or rust_ublk); a skip without one, a failure
+# with both.
+soak_find_module() {
+	MOD=$(awk '$1 == "ublk_drv" || $1 == "rust_ublk" { print $1 }' /proc/modules)
+	[ -n "$MOD" ] || {
+		echo "no ublk driver module loaded (built in?): cannot reload it"
+		exit "$UBLK_SKIP_CODE"
+	}
+	[[ "$MOD" =~ ^[a-z_]+$ ]] || {
+		echo "FAIL: both ublk drivers are loaded ($(echo "$MOD" | tr '\n' ' ')): which one is under test?"
+		exit 1
+	}
+}
+
+# soak_find_kasan: sets kasan on a KASAN kernel, which keeps freed objects
+# in quarantine (tens of MiB): slab is reported, not judged, there.
+soak_find_kasan() {
+	kasan=
+	if grep -q ' kasan_report$' /proc/kallsyms 2>/dev/null ||
+		dmesg | grep -q "KernelAddressSanitizer initialized"; then
+		kasan=1
+	fi
+}
+
+# now_ms: sets NOW to the time in ms (no fork: bash's clock).
+now_ms() {
+	local t=${EPOCHREALTIME/./}
+	NOW=$((10#$t / 1000))
+}
+
+# ms_sleep <ms>: sleep that many milliseconds.
+ms_sleep() { sleep "$(printf '%d.%03d' $(($1 / 1000)) $(($1 % 1000)))"; }
+
+# reload_module <what>: unload the driver once nothing holds it, load it again.
+reload_module() {
+	local refcnt i
+	for ((i = 0; i < UNUSED_WAIT * 10; i++)); do
+		read -r refcnt </sys/module/"$MOD"/refcnt
+		[ "$refcnt" = 0 ] && break
+		sleep 0.1
+	done
+	[ "$refcnt" = 0 ] || fail "$1: $MOD still in use (refcnt $refcnt) ${UNUSED_WAIT}s after its devices were deleted"
+	timeout -k 5 "$CMD_WAIT" modprobe -r "$MOD" || fail "$1: modprobe -r $MOD failed"
+	grep -q "^$MOD " /proc/modules && fail "$1: $MOD still listed after modprobe -r"
+	timeout -k 5 "$CMD_WAIT" modprobe "$MOD" || fail "$1: modprobe $MOD failed or did not return in ${CMD_WAIT}s"
+	for ((i = 0; i < 50; i++)); do
+		[ -c /dev/ublk-control ] && return 0
+		sleep 0.1
+	done
+	fail "$1: /dev/ublk-control missing after loading $MOD"
+}
+
+# slab_kib <file>: unreclaimable slab memory, after dropping what can be
+# dropped; also keeps a copy of /proc/slabinfo in <file>.
+slab_kib() {
+	sync
+	echo 3 >/proc/sys/vm/drop_caches
+	cat /proc/slabinfo >"$1" 2>/dev/null
+	awk '$1 == "SUnreclaim:" { print $2 }' /proc/meminfo
+}
+
+# slab_growth <before> <after>: the five caches whose memory grew most
+# (/proc/slabinfo needs CONFIG_SLUB_DEBUG, which a tinyconfig SLUB lacks).
+slab_growth() {
+	[ -s "$1" ] || {
+		echo "(no /proc/slabinfo on this kernel)"
+		return
+	}
+	awk 'NR == FNR { if (FNR > 2) kib[$1] = $3 * $4 / 1024; next }
+	     FNR > 2 { d = $3 * $4 / 1024 - kib[$1]; if (d > 0) printf "%s +%d KiB\n", $1, d }' \
+		"$1" "$2" | sort -t+ -k2 -rn | head -n 5 | tr '\n' ' '
+}
+
+# leftovers: ublk devices, disks and char devices that should be gone.
+leftovers() {
+	ls -d /sys/class/ublk-char/* /sys/block/ublkb* \
+		/dev/ublkc* /dev/ublkb* 2>/dev/null | tr '\n' ' '
+}
+
+# memory_sample <n> <dir>: what must come back after each round:
+# unreclaimable slab (appended to `slabs`; /proc/slabinfo kept as
+# <dir>/slabinfo.<n>) and the loaded modules with their reference counts
+# (in `mods`); no ublk device may be left.
+memory_sample() {
+	local left
+	left=$(leftovers)
+	[ -z "$left" ] || fail "round $1: left after deleting the devices and reloading $MOD: $left"
+	slabs+=("$(slab_kib "$2/slabinfo.$1")")
+	mods=$(awk '{ print $1 "/" $3 }' /proc/modules | sort | tr '\n' ' ')
+}
+
+# memory_check <n> <dir> <what>: after memory_sample <n>, the modules
+# and their references must be those of round 0, and slab within SLAB_KIB
+# of round 0's (not judged under KASAN).
+memory_check() {
+	local growth
+	[ "$mods" = "$mods0" ] || fail "$3: modules (name/references) now: $mods; at the start: $mods0"
+	growth=$((slabs[-1] - slabs[0]))
+	[ -n "$kasan" ] || [ "$growth" -le "$SLAB_KIB" ] ||
+		fail "$3: unreclaimable slab memory $growth KiB above the baseline (more than $SLAB_KIB); grew most: $(slab_growth "$2/slabinfo.0" "$2/slabinfo.$1")"
+}
