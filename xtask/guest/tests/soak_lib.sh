@@ -6,12 +6,18 @@
 # and what must come back after a round: unreclaimable slab memory, the
 # loaded modules with their references, no ublk device left.
 #
-# The caller defines fail (prints FAIL: and exits 1), CMD_WAIT (s for one
-# command) and UNUSED_WAIT (s for the module's users to go), and sources
-# test_common.sh first (UBLK_SKIP_CODE). What these functions set (NOW,
-# MOD, kasan, slabs, mods) is the caller's to read, and mods0 (round 0's
-# mods) and SLAB_KIB its to set:
+# The caller defines CMD_WAIT (s for one command), STATE_WAIT (s for a
+# device's state) and UNUSED_WAIT (s for the module's users to go), and
+# sources test_common.sh first (UBLK_SKIP_CODE, UBLK_PROG, _have_program).
+# What these functions set (NOW, MOD, kasan, slabs, mods) is the caller's
+# to read, and mods0 (round 0's mods) and SLAB_KIB its to set:
 # shellcheck disable=SC2034,SC2154
+
+# fail <what>: the test fails (its EXIT trap cleans up).
+fail() {
+	echo "FAIL: $*"
+	exit 1
+}
 
 # soak_find_module: sets MOD to the loaded module that provides
 # /dev/ublk-control (ublk_drv or rust_ublk); a skip without one, a failure
@@ -26,6 +32,41 @@ soak_find_module() {
 		echo "FAIL: both ublk drivers are loaded ($(echo "$MOD" | tr '\n' ' ')): which one is under test?"
 		exit 1
 	}
+}
+
+# soak_require: fio, and the selftests' _run_data_modes (without it no
+# round would run, which must not look like a skip).
+soak_require() {
+	_have_program fio || {
+		echo "fio not installed"
+		exit "$UBLK_SKIP_CODE"
+	}
+	declare -F _run_data_modes >/dev/null || {
+		echo "FAIL: $SELFTESTS/test_common.sh has no _run_data_modes"
+		exit 1
+	}
+}
+
+# list_field <id> <awk field>: a field of `kublk list -n <id>`'s device
+# line (7: the server's pid, 11: the state).
+list_field() {
+	timeout -k 5 "$CMD_WAIT" "$UBLK_PROG" list -n "$1" 2>/dev/null |
+		awk -v f="$2" '/state/ { print $f; exit }'
+}
+
+# wait_state <id> <state> <what>: the device must reach it within
+# STATE_WAIT s.
+wait_state() {
+	local state deadline
+	now_ms
+	deadline=$((NOW + STATE_WAIT * 1000))
+	while :; do
+		state=$(list_field "$1" 11)
+		[ "$state" = "$2" ] && return 0
+		now_ms
+		[ "$NOW" -gt "$deadline" ] && fail "$3: device $1 in state '$state', not $2 after ${STATE_WAIT}s"
+		sleep 0.1
+	done
 }
 
 # soak_find_kasan: sets kasan on a KASAN kernel, which keeps freed objects

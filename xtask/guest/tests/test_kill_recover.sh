@@ -117,16 +117,7 @@ done
 }
 RANDOM=$SEED
 
-_have_program fio || {
-	echo "fio not installed"
-	exit "$UBLK_SKIP_CODE"
-}
-# _run_data_modes comes with the selftests this test runs beside; without
-# it no round would run, which must not look like a skip.
-declare -F _run_data_modes >/dev/null || {
-	echo "FAIL: $SELFTESTS/test_common.sh has no _run_data_modes"
-	exit 1
-}
+soak_require
 for m in $MODES; do
 	case "$m" in
 	copy | get_data | user_copy | zero_copy | auto_zc | auto_zc_fallback | batch) ;;
@@ -159,11 +150,6 @@ dev_id=
 dev=
 fio_pid=
 
-fail() {
-	echo "FAIL: $*"
-	exit 1
-}
-
 # On any exit before the end: delete the device (which fails the I/O that
 # waits for a server), stop fio, and leave the module loaded for the tests
 # that come after; within the 15 s that the harness gives a test between
@@ -184,26 +170,6 @@ cleanup() {
 	rmdir "$UBLK_TEST_DIR" 2>/dev/null
 }
 trap cleanup EXIT
-
-# list_field <awk field>: a field of `kublk list -n $dev_id`'s device line.
-list_field() {
-	timeout -k 5 "$CMD_WAIT" "$UBLK_PROG" list -n "$dev_id" 2>/dev/null |
-		awk -v f="$1" '/state/ { print $f; exit }'
-}
-
-# wait_state <state> <what>: the device must reach it within STATE_WAIT s.
-wait_state() {
-	local state deadline
-	now_ms
-	deadline=$((NOW + STATE_WAIT * 1000))
-	while :; do
-		state=$(list_field 11)
-		[ "$state" = "$1" ] && return 0
-		now_ms
-		[ "$NOW" -gt "$deadline" ] && fail "$2: state '$state', not $1 after ${STATE_WAIT}s"
-		sleep 0.1
-	done
-}
 
 # add_dev: a new device; sets dev_id and dev.
 add_dev() {
@@ -244,7 +210,7 @@ recover() {
 		rc=$?
 		[ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && fail "$1: kublk recover did not return in ${RECOVER_WAIT}s"
 		[ "$rc" -eq 0 ] && return 0
-		[ "$(list_field 11)" = "$nosrv" ] || break
+		[ "$(list_field "$dev_id" 11)" = "$nosrv" ] || break
 		now_ms
 		[ "$NOW" -gt "$deadline" ] && break
 		sleep 0.2
@@ -299,7 +265,7 @@ kill_in_recovery() {
 		sleep 0.01
 	done
 	wait "$rpid" 2>/dev/null
-	wait_state "$nosrv" "$1, after killing its recovery ${delay} ms in"
+	wait_state "$dev_id" "$nosrv" "$1, after killing its recovery ${delay} ms in"
 	echo "$1: the next recovery killed ${delay} ms after its start, $when"
 }
 
@@ -441,7 +407,7 @@ round() {
 	for ((c = 1; c <= CYCLES; c++)); do
 		what="round $r ($mode, $rec), kill $c"
 		kill -0 "$fio_pid" 2>/dev/null || break
-		pid=$(list_field 7)
+		pid=$(list_field "$dev_id" 7)
 		[[ "$pid" =~ ^[0-9]+$ ]] && [ "$pid" -gt 1 ] ||
 			fail "$what: no server pid for device $dev_id ('$pid')"
 		point=$((RANDOM % 4))
@@ -470,13 +436,13 @@ round() {
 		now_ms
 		t0=$NOW
 		kills=$((kills + 1))
-		wait_state "$nosrv" "$what, after kill -9 $pid"
+		wait_state "$dev_id" "$nosrv" "$what, after kill -9 $pid"
 		if [ "$point" = 3 ]; then
 			in_recovery=$((in_recovery + 1))
 			kill_in_recovery "$what"
 		fi
 		recover "$what"
-		wait_state LIVE "$what, after kublk recover"
+		wait_state "$dev_id" LIVE "$what, after kublk recover"
 		[ "$point" = 3 ] && continue
 		now_ms
 		ms=$((NOW - t0))

@@ -81,14 +81,7 @@ done
 }
 RANDOM=$SEED
 
-_have_program fio || {
-	echo "fio not installed"
-	exit "$UBLK_SKIP_CODE"
-}
-declare -F _run_data_modes >/dev/null || {
-	echo "FAIL: $SELFTESTS/test_common.sh has no _run_data_modes"
-	exit 1
-}
+soak_require
 soak_find_module
 soak_find_kasan
 # Recovery kinds: none, and those the kernel has.
@@ -103,11 +96,6 @@ CHURN=$DIR/churn
 fio_pid=
 churn_pid=
 ids=()
-
-fail() {
-	echo "FAIL: $*"
-	exit 1
-}
 
 # On any exit before the end: stop fio and the add/delete loop, delete
 # every device, leave the module loaded for the tests that come after.
@@ -131,26 +119,6 @@ data_modes=()
 collect_mode() { data_modes+=("$*"); }
 _run_data_modes collect_mode "copy get_data user_copy zero_copy auto_zc batch"
 [ "${#data_modes[@]}" -gt 0 ] || fail "no data mode collected"
-
-# list_field <id> <awk field>: a field of `kublk list -n <id>`'s device line.
-list_field() {
-	timeout -k 5 "$CMD_WAIT" "$UBLK_PROG" list -n "$1" 2>/dev/null |
-		awk -v f="$2" '/state/ { print $f; exit }'
-}
-
-# wait_state <id> <state> <what>: the device must reach it within STATE_WAIT s.
-wait_state() {
-	local state deadline
-	now_ms
-	deadline=$((NOW + STATE_WAIT * 1000))
-	while :; do
-		state=$(list_field "$1" 11)
-		[ "$state" = "$2" ] && return 0
-		now_ms
-		[ "$NOW" -gt "$deadline" ] && fail "$3: device $1 in state '$state', not $2 after ${STATE_WAIT}s"
-		sleep 0.2
-	done
-}
 
 # target_of <index> <cycle>: sets MODE, REC and TARGET (kublk's options)
 # of device <index> in cycle <cycle>.
