@@ -33,6 +33,10 @@ const ALONE: &[(&str, &str)] = &[
         "test_kill_recover.sh",
         "unloads and reloads the ublk module between rounds",
     ),
+    (
+        "test_many_devices.sh",
+        "unloads and reloads the ublk module between cycles, deletes every ublk device when it fails, and counts every ublk device node",
+    ),
     ("test_batch_04.sh", "kills every fio process"),
     ("test_generic_02.sh", "bpftrace probes every ublk request"),
     ("test_generic_12.sh", "bpftrace probes every ublk request"),
@@ -146,6 +150,7 @@ mod tests {
         assert_eq!(of("test_loop_01.sh"), Sharing::Any);
         assert_eq!(of("test_generic_20.sh"), Sharing::Any);
         assert_eq!(of("test_stress_04.sh"), Sharing::Alone);
+        assert_eq!(of("test_many_devices.sh"), Sharing::Alone);
     }
 
     #[test]

@@ -86,8 +86,8 @@ pub(crate) struct Control {
     /// under the lock, before any command can add a device.
     #[pin]
     parent: Mutex<Option<ARef<Device>>>,
-    /// The queue of the work items that finish the release of a `/dev/ublkcN` once io_uring gave
-    /// back the requests it held (see [`UblkDevice::release`]). Each device holds it too; this
+    /// The queue of the work items that finish the release of a `/dev/ublkcN`, once io_uring
+    /// gave back the requests it held (see [`UblkDevice::release`]). Each device holds it too; this
     /// reference goes with the module, whose exit waits for the work items on it to return.
     release_queue: Arc<OwnedQueue>,
 }
@@ -200,15 +200,15 @@ impl MiscDevice for ControlFile {
     }
 }
 
-/// Returns whether a command may sleep, and must thus not run where io_uring forbids blocking.
+/// Returns whether a command may sleep, and must thus not run where io_uring forbids blocking:
+/// all but `UBLK_U_CMD_GET_FEATURES`. ublk_drv answers `UBLK_U_CMD_GET_DEV_INFO`,
+/// `UBLK_U_CMD_GET_DEV_INFO2` and `UBLK_U_CMD_GET_QUEUE_AFFINITY` at once too, without a lock;
+/// here they take the table's lock and the device's, which `UBLK_U_CMD_START_DEV` of a zoned
+/// device holds while the server reports the zones: issued where io_uring forbids blocking,
+/// under the ring lock of a server thread, they would keep that thread from delivering the
+/// report, and wait for it.
 fn may_sleep(op: u32) -> bool {
-    !matches!(
-        uapi::ioc_nr(op),
-        uapi::CMD_GET_QUEUE_AFFINITY
-            | uapi::CMD_GET_DEV_INFO
-            | uapi::CMD_GET_DEV_INFO2
-            | uapi::CMD_GET_FEATURES
-    )
+    uapi::ioc_nr(op) != uapi::CMD_GET_FEATURES
 }
 
 /// Returns a user space buffer of `len` bytes at `addr`.

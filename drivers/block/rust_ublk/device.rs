@@ -286,9 +286,9 @@ pub(crate) struct UblkDevice {
     /// `UBLK_U_CMD_START_DEV` holds while a zoned disk reads its zones from the server.
     #[pin]
     pub(crate) canceled: Mutex<bool>,
-    /// Keeps the module loaded while the release of `/dev/ublkcN` waits for io_uring to release
-    /// the buffers of the server ([`UblkDevice::release`]). Not part of `state`, for the same
-    /// reason as `canceled`.
+    /// The module reference that the release of `/dev/ublkcN` leaves for its work item, which
+    /// keeps the module loaded until it returned ([`UblkDevice::release`]). Not part of `state`,
+    /// for the same reason as `canceled`.
     #[pin]
     release_pin: Mutex<Option<ModuleRef>>,
     /// The address space that mapped the io descriptors first; the only one that may map them.
@@ -306,8 +306,7 @@ pub(crate) struct UblkDevice {
     /// Reads the partition table once the device is started.
     #[pin]
     scan_work: Work<UblkDevice, SCAN_WORK>,
-    /// Finishes the release of `/dev/ublkcN` when registered buffers still hold requests of the
-    /// server that closed it ([`UblkDevice::release`]).
+    /// Finishes the release of `/dev/ublkcN` ([`UblkDevice::release`]).
     #[pin]
     release_work: Work<UblkDevice, RELEASE_WORK>,
     /// The queue that `release_work` runs on: the module's, destroyed when the module goes
@@ -718,39 +717,68 @@ impl UblkDevice {
     /// The server closed `/dev/ublkcN`: the requests it was serving fail, the device stops, and
     /// a new server may open it.
     ///
+    /// Here, requests only start to fail or to wait for a new server; the rest runs in a work
+    /// item of the driver's own queue, one per device. The last reference to the file of a
+    /// server that was killed is dropped by io_uring's ring exit work, a kernel thread, so that
+    /// the file is released by the one work item that finishes every such file of the system,
+    /// one after the other; and the rest waits for grace periods and, without user recovery,
+    /// deletes the disk, whose deletion may wait for I/O that only the release of another dead
+    /// server's device would fail (a file system on one device with its journal on another).
+    ///
     /// A request whose data is still registered as a buffer of one of the server's rings ends
-    /// only once io_uring releases the buffer: possibly when the task that closed the file, which
-    /// is in this function, tears the ring down, or never, if the ring outlives the server.
-    /// Stopping the device waits for the requests, so a work item then looks again, at growing
-    /// intervals, until the slots got back every request they lent, and finishes the release
-    /// only then. Meanwhile it keeps the module loaded, since io_uring calls back into it, the
-    /// server stays attached (a new server cannot open `/dev/ublkcN` yet), and
-    /// `UBLK_U_CMD_DEL_DEV` waits.
+    /// only once io_uring releases the buffer: possibly when the task that closed the file tears
+    /// the ring down, or never, if the ring outlives the server. Stopping the device waits for
+    /// the requests, so the work item looks again, at growing intervals, until the slots got back
+    /// every request they lent, and finishes the release only then. Meanwhile it keeps the module
+    /// loaded, since io_uring calls back into it, the server stays attached (a new server cannot
+    /// open `/dev/ublkcN` yet), and `UBLK_U_CMD_DEL_DEV` waits.
     ///
     /// The callback through which io_uring gives back the last of them may still be running
     /// when the slots have them all back, in the module's code ([`crate::zerocopy::BufRelease`]).
-    /// Before the module's reference goes (the file's, or the work item's), one grace period of
-    /// RCU Tasks makes sure that it returned: from the give-back on it does not sleep. A device
-    /// that registers no buffers has no such callback.
+    /// Before the module's reference goes, one grace period of RCU Tasks makes sure that it
+    /// returned: from the give-back on it does not sleep. A device that registers no buffers has
+    /// no such callback.
     pub(crate) fn release(this: Arc<Self>) {
         // From now on requests fail, or wait for a new server.
         teardown::start_cancel(&this);
-        if teardown::any_lent(&this) {
-            // The file being released holds a reference to the module (its `owner`), so the
-            // module is not going away and this does not fail.
-            let pin = <crate::RustUblk as ModuleMetadata>::THIS_MODULE.try_get();
-            if !warn_on!(pin.is_none()) {
-                *this.release_pin.lock() = pin;
-                let queue = this.release_queue.clone();
-                // A device has one opener, so the work item is not queued already.
-                let _ = queue.enqueue::<Arc<Self>, RELEASE_WORK>(this);
-                return;
-            }
+        // The file being released holds a reference to the module (its `owner`), so the module
+        // is not going away and this does not fail.
+        let pin = <crate::RustUblk as ModuleMetadata>::THIS_MODULE.try_get();
+        if warn_on!(pin.is_none()) {
+            Self::finish_once_given_back(&this);
+            return;
         }
+        // The work item of the server before has taken its own pin: the server detached only in
+        // its last steps, and this file could only be opened after that.
+        *this.release_pin.lock() = pin;
+        let queue = this.release_queue.clone();
+        // A device has one opener, so the work item is not queued already.
+        let _ = queue.enqueue::<Arc<Self>, RELEASE_WORK>(this);
+    }
+
+    /// The rest of [`UblkDevice::release`]: waits until io_uring gave back every request that a
+    /// slot lent, then finishes the release.
+    fn finish_once_given_back(this: &Arc<Self>) {
+        // io_uring holds requests of the device until it releases their buffers, which may take
+        // long, or never happen: look again after a wait that doubles up to a tenth of a second.
+        // The wait is interruptible (a kernel thread gets no signal), so that a ring that keeps
+        // its buffers does not count as load; the work item runs on a queue of the module's own,
+        // which nothing else waits behind. Spurious wake-ups of `ready` only look again sooner.
+        let most: Jiffies = msecs_to_jiffies(100).max(1);
+        let mut wait: Jiffies = 1;
+        while teardown::any_lent(this) {
+            let mut guard = this.release_pin.lock();
+            let _ = this.ready.wait_interruptible_timeout(&mut guard, wait);
+            drop(guard);
+            wait = wait.saturating_mul(2).min(most);
+        }
+        // The callback that gave the last request back may still be running, in the module's
+        // code: it does not sleep from there on (see `zerocopy::BufRelease`), so no task is in it
+        // any more once every task switched context voluntarily.
         if this.flags & (F_SUPPORT_ZERO_COPY | F_AUTO_BUF_REG) != 0 {
             rcu::synchronize_rcu_tasks();
         }
-        Self::finish_release(&this);
+        Self::finish_release(this);
     }
 
     /// Finishes [`UblkDevice::release`] once no buffer holds a request of the server any more:
@@ -782,9 +810,9 @@ impl UblkDevice {
             state.is_released()
         };
         drop(mm);
-        // The server of a deleted device went after its removed `/dev/ublkcN` was released:
-        // only in the work item that waited for lent requests, since the file being released
-        // holds the char device until its release returns. Before the wake-up, as above.
+        // The server of a deleted device went after its removed `/dev/ublkcN` was released: in
+        // the work item, which may run after the file released the char device. Before the
+        // wake-up, as above.
         if released {
             this.unregister_buffers();
         }
@@ -889,25 +917,10 @@ impl WorkItem<RELEASE_WORK> for UblkDevice {
     type Pointer = Arc<UblkDevice>;
 
     fn run(this: Arc<UblkDevice>) {
-        // io_uring holds requests of the device until it releases their buffers, which may take
-        // long, or never happen: look again after a wait that doubles up to a tenth of a second.
-        // The wait is interruptible (a kernel thread gets no signal), so that a ring that keeps
-        // its buffers does not count as load; the work item runs on a queue of the module's own,
-        // which nothing else waits behind. Spurious wake-ups of `ready` only look again sooner.
-        let most: Jiffies = msecs_to_jiffies(100).max(1);
-        let mut wait: Jiffies = 1;
-        while teardown::any_lent(&this) {
-            let mut guard = this.release_pin.lock();
-            let _ = this.ready.wait_interruptible_timeout(&mut guard, wait);
-            drop(guard);
-            wait = wait.saturating_mul(2).min(most);
-        }
-        // The callback that gave the last request back may still be running, in the module's
-        // code: it does not sleep from there on (see `zerocopy::BufRelease`), so no task is in it
-        // any more once every task switched context voluntarily.
-        rcu::synchronize_rcu_tasks();
-        Self::finish_release(&this);
+        // This run's pin, taken before the server detaches: once it did, a new server may open
+        // `/dev/ublkcN`, and its release leaves a pin for the run it queues.
         let pin = this.release_pin.lock().take();
+        Self::finish_once_given_back(&this);
         drop(this);
         // Last: the module may go away once this is dropped. Its exit destroys the queue that
         // this runs on, which waits for this function to have returned.

@@ -71,7 +71,7 @@
 //!    Not held across copies from or to user memory, nor while the disk is deleted or frozen, or
 //!    the partition scan, which takes it, is waited for.
 //!    - `UblkDevice::canceled` and `UblkDevice::release_pin` (mutexes): whether the server's
-//!      commands were cancelled, and the module reference of a release that waits for io_uring.
+//!      commands were cancelled, and the module reference of a release's work item.
 //!      Taken under the device lock or alone (the cancellation, the release); innermost but for
 //!      the queues' states that a cancellation sets under `canceled`.
 //! 6. `UblkDevice::server_mm` (spinlock): the address space of the server. Taken by `mmap`, under

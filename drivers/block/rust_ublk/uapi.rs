@@ -363,9 +363,10 @@ impl IoDesc {
 
 /// `struct ublksrv_ctrl_dev_info`.
 ///
-/// The fields the driver does not use (`ublksrv_flags`, `pad1`, `reserved1`, `reserved2`) are
-/// kept as `UBLK_U_CMD_ADD_DEV` got them and given back with the rest: a server may keep its own
-/// data there, and ublk_drv gives it back too.
+/// The fields the driver does not use are kept as `UBLK_U_CMD_ADD_DEV` got them and given back
+/// with the rest: `ublksrv_flags`, which is the server's, and `pad1`, `reserved1` and
+/// `reserved2`, which ublk_drv gives back too (a later UAPI may use them: servers must not rely
+/// on what they hold).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct DevInfo {
     pub(crate) nr_hw_queues: u16,

@@ -162,6 +162,25 @@ fn print_trace(name: &str, trace: &[String]) {
     }
 }
 
+/// Which fuzzer drew a sequence: a hash of its sources (FNV-1a), printed
+/// with the seeds, since another version draws other sequences from them.
+fn version() -> String {
+    const SOURCES: &[&str] = &[
+        include_str!("diff.rs"),
+        include_str!("driver.rs"),
+        include_str!("main.rs"),
+        include_str!("ops.rs"),
+        include_str!("rng.rs"),
+        include_str!("trap.rs"),
+        include_str!("world.rs"),
+    ];
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in SOURCES.iter().flat_map(|s| s.bytes()) {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{:012x}", h >> 16)
+}
+
 /// The totals so far and the seed a run that goes on from here starts at.
 fn progress(a: &Args, t: &Totals, start: Instant) {
     println!(
@@ -264,7 +283,13 @@ fn main() -> ExitCode {
     if let Some(n) = a.total_steps {
         bounds.push(format!("total steps {n}"));
     }
-    println!("# seed {} steps {} {}", a.seed, a.steps, bounds.join(" "));
+    println!(
+        "# seed {} steps {} {} (fuzzer {})",
+        a.seed,
+        a.steps,
+        bounds.join(" "),
+        version()
+    );
     let mut failure = None;
     loop {
         let done = a.rounds.is_some_and(|r| t.rounds >= r)
@@ -298,7 +323,8 @@ fn main() -> ExitCode {
             Err(e) => {
                 println!("not ok {} seed {seed} # {e:#}", t.rounds);
                 println!(
-                    "# replay: ublk_fuzz --seed {seed} --steps {} --rounds 1{}",
+                    "# replay (fuzzer {}): ublk_fuzz --seed {seed} --steps {} --rounds 1{}",
+                    version(),
                     a.steps,
                     a.driver
                         .map(|m| format!(
@@ -315,7 +341,10 @@ fn main() -> ExitCode {
     if failure.is_none() {
         progress(&a, &t, start);
     }
-    println!("# where the time went (both drivers):");
+    println!(
+        "# where the time went ({}):",
+        a.driver.unwrap_or("both drivers")
+    );
     for l in ops::time_spent() {
         println!("#   {l}");
     }

@@ -23,8 +23,9 @@ use crate::world::{state_name, FDev, Padded, World, MAX_DEVS};
 /// How long an io command may take to complete before it counts as
 /// queued. Both drivers answer an io command while io_uring_enter()
 /// submits it, or from task work that the submitting task runs as soon as
-/// it waits; none goes to io-wq, whose worker the TCG guest may not
-/// schedule for a while (the control commands that may wait, START_DEV and
+/// it waits, unless it was sent with `IOSQE_ASYNC` (see [`io`]); none goes
+/// to io-wq by itself, whose worker the TCG guest may not schedule for a
+/// while (the control commands that may wait, START_DEV and
 /// END_USER_RECOVERY, keep [`PEEK`]). The fuzzer spends most of its time
 /// in these waits: a shorter one runs more steps per second.
 const IO_PEEK: Duration = Duration::from_millis(50);
@@ -136,7 +137,7 @@ pub fn time_spent() -> Vec<String> {
     t.iter()
         .map(|(n, c, d)| {
             format!(
-                "{n:<14} {c:>7} steps {:>8.1}s {:>7.1}ms each",
+                "{n:<18} {c:>7} times {:>8.1}s {:>7.1}ms each",
                 d.as_secs_f64(),
                 d.as_secs_f64() * 1000.0 / *c as f64
             )
@@ -292,7 +293,16 @@ fn add(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
     info.v.max_io_buf_bytes = rng.pick(&[MAX_IO_BUF_BYTES, MAX_IO_BUF_BYTES, 4096, 0, 1 << 30]);
     info.v.dev_id = rng.pick(&[ANY_ID, ANY_ID, ANY_ID, 0, 3, ABSENT_ID, 1 << 20]);
     info.v.flags = flags;
-    info.v.io_desc_size = rng.pick(&[0, 24, 64, 256, 20, 260]);
+    // ublk_drv's io descriptor area is one allocation of contiguous pages
+    // (the Rust driver's is virtually contiguous): at the deepest queues
+    // (more than 256 tags) only the default descriptors, whose area both
+    // drivers always get (at most 96 KiB for 4096 tags), so
+    // that whether a large one is found does not decide the answer.
+    info.v.io_desc_size = if info.v.queue_depth > 256 {
+        rng.pick(&[0, 24])
+    } else {
+        rng.pick(&[0, 24, 64, 256, 20, 260])
+    };
     let mut h = hdr(info.v.dev_id);
     (h.addr, h.len) = bytes_of(&mut info.v);
     let mut desc = format!(
@@ -499,18 +509,32 @@ fn set_params(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
         v.integrity.pi_offset
     );
     if rng.chance(5) {
-        // Every basic field at once, anything its type holds.
+        // Every basic field at once: mostly within what a device can have
+        // (so that the later checks are reached), now and then anything
+        // its type holds.
+        let wide = rng.chance(25);
         let b = &mut v.basic;
+        let mut shift = |lo: u64, hi: u64| {
+            if wide {
+                rng.next() as u8
+            } else {
+                (lo + rng.below(hi - lo + 1)) as u8
+            }
+        };
+        b.logical_bs_shift = shift(9, 12);
+        b.physical_bs_shift = shift(9, 16);
+        b.io_opt_shift = shift(9, 20);
+        b.io_min_shift = shift(9, 16);
         b.attrs = rng.next() as u32;
-        b.logical_bs_shift = rng.next() as u8;
-        b.physical_bs_shift = rng.next() as u8;
-        b.io_opt_shift = rng.next() as u8;
-        b.io_min_shift = rng.next() as u8;
         b.max_sectors = rng.next() as u32;
-        b.chunk_sectors = rng.next() as u32;
+        b.chunk_sectors = if wide {
+            rng.next() as u32
+        } else {
+            1 << rng.below(12)
+        };
         b.dev_sectors = rng.next();
-        b.virt_boundary_mask = rng.next();
-        desc += " random";
+        b.virt_boundary_mask = if wide { rng.next() } else { 4095 };
+        desc += if wide { " random" } else { " random-valid" };
     }
     if rng.chance(40) {
         let b = &mut v.basic;
@@ -554,12 +578,14 @@ fn set_params(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
 }
 
 /// Lengths of `struct ublk_params` a command may give: none, the header
-/// alone, inside the basic parameters, at the end of each member and one
-/// byte past it, the whole and more (syzkaller's description ends inside
-/// the DMA alignment member).
+/// alone, inside the basic parameters, at the start of each member after
+/// the basic ones (where the one before it ends, but for padding) and one
+/// byte past it, the whole and more.
 fn params_lengths() -> Vec<u32> {
     use std::mem::{offset_of, size_of};
-    let mut v = vec![0, 8, 24, 108];
+    // 112: the size of syzkaller's description of the parameters, which
+    // ends inside the DMA alignment member (at 108, 8 bytes long).
+    let mut v = vec![0, 8, 24, 112];
     for end in [
         offset_of!(UblkParams, discard),
         offset_of!(UblkParams, devt),
@@ -952,12 +978,18 @@ fn io(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
     };
     let fd = server.file.as_raw_fd();
     let mut sqe = io_sqe_result(fd, op, q, tag, addr, result);
-    // From an io_uring worker: both drivers issue the command again from
-    // the submitting task's task work, after the worker ran, so it may
-    // take as long as a control command.
-    let (wait, async_) = if rng.chance(10) {
+    // Now and then from an io_uring worker (`IOSQE_ASYNC`): ublk_drv issues
+    // the command again from the submitting task's task work, or, on a
+    // batch io device, in the worker itself; the Rust driver always from
+    // task work. Either way it completes only after the guest scheduled the
+    // worker, at no time the fuzzer knows, so that a command that may be
+    // queued cannot tell queued from late: drawn only for commands that
+    // complete (not a FETCH of a tag not fetched yet, nor the batch fetch),
+    // whose answer is then waited for as long as a control command's.
+    let may_queue = (fetch && is_new) || op == UBLK_U_IO_FETCH_IO_CMDS;
+    let (wait, async_) = if !may_queue && rng.chance(10) {
         sqe = sqe.flags(io_uring::squeue::Flags::ASYNC);
-        (PEEK, " async")
+        (crate::world::SETTLE, " async")
     } else {
         (IO_PEEK, "")
     };

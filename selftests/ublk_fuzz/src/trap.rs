@@ -10,7 +10,8 @@
 
 use anyhow::{bail, Result};
 
-/// Three pages: writable, inaccessible, read-only.
+/// Four pages: writable, inaccessible, read-only, inaccessible (so that
+/// nothing a driver reads past the read-only page finds another mapping).
 pub struct Trap {
     base: *mut libc::c_void,
     page: usize,
@@ -24,7 +25,7 @@ impl Trap {
         let base = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                3 * page,
+                4 * page,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
@@ -38,7 +39,11 @@ impl Trap {
             );
         }
         let t = Trap { base, page };
-        for (n, prot) in [(1, libc::PROT_NONE), (2, libc::PROT_READ)] {
+        for (n, prot) in [
+            (1, libc::PROT_NONE),
+            (2, libc::PROT_READ),
+            (3, libc::PROT_NONE),
+        ] {
             // SAFETY: page `n` of the mapping above, which `t` owns.
             if unsafe { libc::mprotect(t.at(n * page) as *mut _, page, prot) } != 0 {
                 bail!(
@@ -64,8 +69,9 @@ impl Trap {
         self.at(self.page)
     }
 
-    /// 16 writable bytes, then the page the process may not touch: every
-    /// control command's buffer is longer.
+    /// 16 writable bytes, then the page the process may not touch: the
+    /// buffers of ADD_DEV, GET_DEV_INFO, SET_PARAMS and GET_PARAMS are
+    /// longer (GET_FEATURES' and GET_QUEUE_AFFINITY's fit).
     pub fn overrun(&self) -> u64 {
         self.at(self.page - 16)
     }
@@ -73,8 +79,10 @@ impl Trap {
 
 impl Drop for Trap {
     fn drop(&mut self) {
-        // SAFETY: the mapping `new` made, which nothing uses any more (the
-        // commands that were given its addresses have completed).
-        unsafe { libc::munmap(self.base, 3 * self.page) };
+        // SAFETY: the mapping `new` made, which no reference points into:
+        // the drivers were only given its addresses, as numbers, and a
+        // command still queued (START_DEV, END_USER_RECOVERY) that used one
+        // later would only fail with EFAULT.
+        unsafe { libc::munmap(self.base, 4 * self.page) };
     }
 }

@@ -185,6 +185,9 @@ impl World {
                 _ => return,
             }
         }
+        // Shown in the table of where the time went: many of them mean that
+        // the count of references per file is wrong.
+        crate::ops::account("refs wait ran out", start.elapsed());
     }
 
     /// Waits until the partition scan that UBLK_U_CMD_START_DEV queued on

@@ -7,7 +7,8 @@
 # loaded modules with their references, no ublk device left.
 #
 # The caller defines CMD_WAIT (s for one command), STATE_WAIT (s for a
-# device's state) and UNUSED_WAIT (s for the module's users to go), and
+# device's state), RECOVER_WAIT (s for one `kublk recover`) and
+# UNUSED_WAIT (s for the module's users to go), and
 # sources test_common.sh first (UBLK_SKIP_CODE, UBLK_PROG, _have_program).
 # What these functions set (NOW, MOD, kasan, slabs, mods) is the caller's
 # to read, and mods0 (round 0's mods) and SLAB_KIB its to set:
@@ -67,6 +68,32 @@ wait_state() {
 		[ "$NOW" -gt "$deadline" ] && fail "$3: device $1 in state '$state', not $2 after ${STATE_WAIT}s"
 		sleep 0.1
 	done
+}
+
+# soak_recover <id> <state> <what> <kublk options...>: `kublk recover -n
+# <id> <options>` of a device without a server (in <state>: QUIESCED, or
+# FAIL_IO, which kublk calls UNKNOWN). The C driver shows QUIESCED a moment
+# before it lets START_USER_RECOVERY in (EBUSY while the old server's
+# /dev/ublkcN is still open: its io_uring is torn down after its exit), and
+# kublk then only says that the command failed: retried for up to
+# STATE_WAIT s while the device stays in <state>. RECOVER_WAIT bounds one
+# `kublk recover`.
+soak_recover() {
+	local id=$1 state=$2 what=$3 out rc i deadline
+	shift 3
+	now_ms
+	deadline=$((NOW + STATE_WAIT * 1000))
+	for ((i = 0; ; i++)); do
+		out=$(timeout -k 5 "$RECOVER_WAIT" "$UBLK_PROG" recover -n "$id" "$@" 2>&1)
+		rc=$?
+		[ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && fail "$what: kublk recover -n $id did not return in ${RECOVER_WAIT}s"
+		[ "$rc" -eq 0 ] && return 0
+		[ "$(list_field "$id" 11)" = "$state" ] || break
+		now_ms
+		[ "$NOW" -gt "$deadline" ] && break
+		sleep 0.2
+	done
+	fail "$what: kublk recover -n $id $* failed (exit $rc, $i retries): $out"
 }
 
 # soak_find_kasan: sets kasan on a KASAN kernel, which keeps freed objects
@@ -146,13 +173,14 @@ memory_sample() {
 	mods=$(awk '{ print $1 "/" $3 }' /proc/modules | sort | tr '\n' ' ')
 }
 
-# memory_check <n> <dir> <what>: after memory_sample <n>, the modules
-# and their references must be those of round 0, and slab within SLAB_KIB
-# of round 0's (not judged under KASAN).
+# memory_check <n> <dir> <what> [<ref> [unjudged]]: after memory_sample
+# <n>, the modules and their references must be those of sample 0, and
+# slab within SLAB_KIB of sample <ref>'s (default 0; not judged under KASAN
+# or with "unjudged").
 memory_check() {
-	local growth
+	local growth ref=${4:-0}
 	[ "$mods" = "$mods0" ] || fail "$3: modules (name/references) now: $mods; at the start: $mods0"
-	growth=$((slabs[-1] - slabs[0]))
-	[ -n "$kasan" ] || [ "$growth" -le "$SLAB_KIB" ] ||
-		fail "$3: unreclaimable slab memory $growth KiB above the baseline (more than $SLAB_KIB); grew most: $(slab_growth "$2/slabinfo.0" "$2/slabinfo.$1")"
+	growth=$((slabs[-1] - slabs[ref]))
+	[ -n "$kasan" ] || [ -n "$5" ] || [ "$growth" -le "$SLAB_KIB" ] ||
+		fail "$3: unreclaimable slab memory $growth KiB above sample $ref's (more than $SLAB_KIB); grew most: $(slab_growth "$2/slabinfo.$ref" "$2/slabinfo.$1")"
 }

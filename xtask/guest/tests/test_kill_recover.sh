@@ -196,28 +196,6 @@ del_dev() {
 	dev_id=
 }
 
-# recover <what>: `kublk recover`. The C driver shows QUIESCED a moment
-# before it lets START_USER_RECOVERY in (EBUSY while the old server's
-# /dev/ublkcN is still open: its io_uring is torn down after its exit), and
-# kublk then only says that the command failed: retried for up to
-# STATE_WAIT s while the device stays QUIESCED (or FAIL_IO).
-recover() {
-	local out rc i deadline
-	now_ms
-	deadline=$((NOW + STATE_WAIT * 1000))
-	for ((i = 0; ; i++)); do
-		out=$(timeout -k 5 "$RECOVER_WAIT" "$UBLK_PROG" recover -n "$dev_id" "${TARGET[@]}" "${FILES[@]}" 2>&1)
-		rc=$?
-		[ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && fail "$1: kublk recover did not return in ${RECOVER_WAIT}s"
-		[ "$rc" -eq 0 ] && return 0
-		[ "$(list_field "$dev_id" 11)" = "$nosrv" ] || break
-		now_ms
-		[ "$NOW" -gt "$deadline" ] && break
-		sleep 0.2
-	done
-	fail "$1: kublk recover failed (exit $rc, $i retries): $out"
-}
-
 # kill_in_recovery <what>: the device has no server; start `kublk recover` and,
 # a random 0 to 150 ms after, kill -9 every process of it: the command, its
 # child and the detached server the child forks, which a single pkill could
@@ -441,7 +419,7 @@ round() {
 			in_recovery=$((in_recovery + 1))
 			kill_in_recovery "$what"
 		fi
-		recover "$what"
+		soak_recover "$dev_id" "$nosrv" "$what" "${TARGET[@]}" "${FILES[@]}"
 		wait_state "$dev_id" LIVE "$what, after kublk recover"
 		[ "$point" = 3 ] && continue
 		now_ms

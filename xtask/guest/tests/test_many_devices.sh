@@ -18,26 +18,31 @@
 #   and `kublk recover` must bring it back LIVE; a device without recovery
 #   is left dead until the cycle's end;
 # - another loop adds a device, reads and writes through it with dd, and
-#   deletes it, again and again (the device numbers of the killed and the
-#   deleted ones come free and are taken again).
+#   deletes it, again and again (the numbers of the devices it deletes
+#   come free and are taken again).
 # fio's job on a device whose server died must end (any error is allowed on
 # a device without recovery, EIO and EREMOTEIO on one that fails I/O); on a
 # device whose server was not killed, or that reissues, no I/O may fail.
 # Then the servers of another quarter are killed, every device is deleted,
 # several at a time (their nodes must go), the module is unloaded (nothing
 # may hold it) and loaded again, and memory is compared with a baseline
-# taken before the first cycle: unreclaimable slab may exceed it by at most
-# MANY_SLAB_KIB (reported, not judged, on a KASAN kernel), the loaded
-# modules and their references must be the same, no ublk device, disk or
-# char device may be left. Every step is bounded (a kublk command, a state,
-# fio, the deletion); the harness fails the test on any kernel splat.
+# taken before the first cycle: the loaded modules and their references
+# must be the same, no ublk device, disk or char device may be left, and
+# unreclaimable slab after each cycle but the first may exceed the first's
+# by at most MANY_SLAB_KIB (the first cycle makes the first-use allocations
+# of its number of devices, and is reported; on a KASAN kernel nothing is
+# judged). With the suite's 24 devices a leak of about 40 KiB per device
+# and cycle shows; in the long run's 256 devices and 4 cycles, 1.5 KiB.
+# Every step is bounded (a kublk command, a state, fio, the deletion); the
+# harness fails the test on any kernel splat.
 #
 # It prints what each cycle did: devices added and the time it took, fio
 # jobs and how they ended, kills and recoveries, the add/delete loop's
 # devices, the deletion's time, memory.
 #
 # MANY_DEVICES (24 in the suite), MANY_CYCLES (2), MANY_KILLS, MANY_RUNTIME
-# (15 s), MANY_SEED. The long run (README.md): 256 devices, 4 cycles.
+# (15 s), MANY_SLAB_KIB (1024), MANY_SEED. The long run (README.md): 256
+# devices, 4 cycles.
 # xtask-timeout: 600
 
 SELFTESTS=${SELFTESTS:?SELFTESTS (the upstream ublk selftests) not set}
@@ -54,11 +59,12 @@ DEVICES=${MANY_DEVICES:-24}
 CYCLES=${MANY_CYCLES:-2}
 KILLS=${MANY_KILLS:-$((DEVICES / 4))}
 RUNTIME=${MANY_RUNTIME:-15}
-SLAB_KIB=${MANY_SLAB_KIB:-4096}
+SLAB_KIB=${MANY_SLAB_KIB:-1024}
 SEED=${MANY_SEED:-$(($(date +%s%N) % 32768))}
 PARALLEL=8       # kublk commands at once (add, del)
 CMD_WAIT=60      # s for one kublk command; several run at once
 STATE_WAIT=30    # s for a state after a kill or a recover
+RECOVER_WAIT=60  # s for one `kublk recover`
 UNUSED_WAIT=20   # s for the module's users to go after its devices
 for v in "MANY_DEVICES=$DEVICES" "MANY_CYCLES=$CYCLES" "MANY_KILLS=$KILLS" \
 	"MANY_RUNTIME=$RUNTIME" "MANY_SEED=$SEED" "MANY_SLAB_KIB=$SLAB_KIB"; do
@@ -101,9 +107,19 @@ ids=()
 # every device, leave the module loaded for the tests that come after.
 finished=
 cleanup() {
+	local i
 	[ -n "$finished" ] && return
 	touch "$STOP"
-	[ -n "$churn_pid" ] && kill -9 "$churn_pid" 2>/dev/null
+	if [ -n "$churn_pid" ]; then
+		# Its kublk add, dd or kublk del first, so that no device
+		# comes after the deletion below.
+		for ((i = 0; i < 30; i++)); do
+			kill -0 "$churn_pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		pkill -9 -P "$churn_pid" 2>/dev/null
+		kill -9 "$churn_pid" 2>/dev/null
+	fi
 	if [ -n "$fio_pid" ]; then
 		pkill -9 -P "$fio_pid" 2>/dev/null
 		kill -9 "$fio_pid" 2>/dev/null
@@ -163,14 +179,17 @@ del_one() {
 
 # in_parallel <function> <args per call...>: PARALLEL calls at once.
 in_parallel() {
-	local f=$1 a n=0
+	local f=$1 a pids=()
 	shift
 	for a in "$@"; do
 		"$f" "$a" &
-		n=$((n + 1))
-		[ $((n % PARALLEL)) = 0 ] && wait
+		pids+=($!)
+		if [ "${#pids[@]}" = "$PARALLEL" ]; then
+			wait "${pids[@]}"
+			pids=()
+		fi
 	done
-	wait
+	[ "${#pids[@]}" = 0 ] || wait "${pids[@]}"
 }
 
 # churn <cycle>: until $STOP exists, add a device, dd through it, delete
@@ -231,7 +250,7 @@ fio_jobs() {
 # cycle <n>
 cycle() {
 	local c=$1 i t0 t_add t_del job err st pid id n ok=0 tolerated=0 bad=()
-	local killed=() recovered=0 rec_ms=0 dead=0 k
+	local killed=() recovered=0 rec_ms=0 dead=0 late=0 k
 	rm -f "$STOP" "$CHURN" "$CHURN.fail" "$DIR"/id.* "$DIR"/err.* "$DIR"/left.*
 	now_ms
 	t0=$NOW
@@ -259,7 +278,9 @@ cycle() {
 	churn_pid=$!
 
 	for k in "${VICTIMS[@]}"; do
+		# At most 32.767 s each ($RANDOM's range).
 		ms_sleep $((RANDOM % (RUNTIME * 500 / (KILLS + 1) + 1)))
+		kill -0 "$fio_pid" 2>/dev/null || late=$((late + 1))
 		id=${ids[$k]}
 		target_of "$k" "$c"
 		pid=$(list_field "$id" 7)
@@ -276,8 +297,7 @@ cycle() {
 			st=$NOW
 			if [ "$REC" = reissue ]; then n=QUIESCED; else n=UNKNOWN; fi
 			wait_state "$id" "$n" "cycle $c, kill of device $id's server ($MODE, $REC)"
-			timeout -k 5 "$CMD_WAIT" "$UBLK_PROG" recover -n "$id" "${TARGET[@]}" >/dev/null 2>&1 ||
-				fail "cycle $c: kublk recover -n $id ${TARGET[*]} failed"
+			soak_recover "$id" "$n" "cycle $c, device $id ($MODE, $REC)" "${TARGET[@]}"
 			wait_state "$id" LIVE "cycle $c, recovery of device $id ($MODE, $REC)"
 			now_ms
 			recovered=$((recovered + 1))
@@ -305,7 +325,10 @@ cycle() {
 		}
 		if [ "$job" = 0 ]; then
 			ok=$((ok + 1))
-		elif [[ " ${killed[*]} " = *" $i "* ]] && [ "$REC" != reissue ]; then
+		elif [[ " ${killed[*]} " = *" $i "* ]] && { [ "$REC" = none ] ||
+			{ [ "$REC" = fail_io ] && [[ "$job" =~ ^(5|121)$ ]]; }; }; then
+			# Any error without recovery (the job ends at the
+			# first); EIO or EREMOTEIO with FAIL_IO.
 			tolerated=$((tolerated + 1))
 		else
 			bad+=("device ${ids[$i]} ($MODE, $REC): error $job")
@@ -334,8 +357,15 @@ cycle() {
 	ids=()
 	reload_module "cycle $c"
 	memory_sample "$c" "$DIR"
-	echo "cycle $c: fio $DEVICES jobs: $ok without error, $tolerated with errors after their server's kill (no recovery or FAIL_IO); $((${#killed[@]})) kills during I/O: $recovered recovered (mean $((recovered > 0 ? rec_ms / recovered : 0)) ms from the kill to LIVE), $dead left dead; add/delete loop: $(wc -l <"$CHURN" 2>/dev/null || echo 0) devices; $DEVICES devices deleted in $((t_del / 1000)).$(printf '%03d' $((t_del % 1000)))s; SUnreclaim ${slabs[-1]} KiB after the reload"
-	memory_check "$c" "$DIR" "cycle $c"
+	echo "cycle $c: fio $DEVICES jobs: $ok without error, $tolerated with errors after their server's kill (no recovery or FAIL_IO); ${#killed[@]} kills ($late after fio's end): $recovered recovered (mean $((recovered > 0 ? rec_ms / recovered : 0)) ms from the kill to LIVE), $dead left dead; add/delete loop: $(wc -l <"$CHURN" 2>/dev/null || echo 0) devices; $DEVICES devices deleted in $((t_del / 1000)).$(printf '%03d' $((t_del % 1000)))s; SUnreclaim ${slabs[-1]} KiB after the reload"
+	# The first cycle makes the first-use allocations of its number of
+	# devices (it is reported); each later one must leave slab within
+	# SLAB_KIB of the first's.
+	if [ "$c" = 1 ]; then
+		memory_check "$c" "$DIR" "cycle $c" 0 unjudged
+	else
+		memory_check "$c" "$DIR" "cycle $c" 1
+	fi
 }
 
 add_one_in_cycle() { add_one "$1" "$cur"; }
@@ -362,7 +392,7 @@ for ((cur = 1; cur <= CYCLES; cur++)); do
 	cycle "$cur"
 done
 [ -n "$kasan" ] && echo "many_devices: KASAN kernel: slab growth reported, not judged"
-echo "many_devices: $CYCLES cycles of $DEVICES devices; SUnreclaim before the first cycle and after each: ${slabs[*]} KiB ($([ -n "$kasan" ] && echo "not judged on KASAN" || echo "at most $SLAB_KIB above the first"))"
+echo "many_devices: $CYCLES cycles of $DEVICES devices; SUnreclaim before the first cycle and after each: ${slabs[*]} KiB ($([ -n "$kasan" ] && echo "not judged on KASAN" || echo "each after the first at most $SLAB_KIB above the first cycle's"))"
 finished=1
 rm -f "$STOP" "$CHURN" "$DIR"/id.* "$DIR"/err.* "$DIR"/left.* "$DIR"/slabinfo.* "$DIR"/jobs.fio "$DIR"/fio.*
 _cleanup_test

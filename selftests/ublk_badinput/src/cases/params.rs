@@ -190,6 +190,43 @@ fn set_params_zoned_limits_all_zones(env: &mut Env) -> Result<Got> {
     })
 }
 
+// The parameters that follow the zoned ones are checked on a zoned device
+// too (ublk_drv skipped them before patch 0004 of
+// `patches/08-ublk-fuzz-fixes`; found by the differential fuzzer).
+
+fn set_params_zoned_segment_ok(env: &mut Env) -> Result<Got> {
+    set_zoned_with(env, |p| {
+        p.types |= UBLK_PARAM_TYPE_SEGMENT;
+        p.seg.seg_boundary_mask = 4095;
+        p.seg.max_segment_size = 4096;
+        p.seg.max_segments = 16;
+    })
+}
+
+fn set_params_zoned_segment_boundary_too_small(env: &mut Env) -> Result<Got> {
+    set_zoned_with(env, |p| {
+        p.types |= UBLK_PARAM_TYPE_SEGMENT;
+        p.seg.seg_boundary_mask = 2047;
+        p.seg.max_segment_size = 4096;
+        p.seg.max_segments = 16;
+    })
+}
+
+fn set_params_zoned_dma_alignment_page(env: &mut Env) -> Result<Got> {
+    set_zoned_with(env, |p| {
+        p.types |= UBLK_PARAM_TYPE_DMA_ALIGN;
+        p.dma.alignment = 4096;
+    })
+}
+
+fn set_params_zoned_integrity_without_flag(env: &mut Env) -> Result<Got> {
+    set_zoned_with(env, |p| {
+        p.types |= UBLK_PARAM_TYPE_INTEGRITY;
+        p.integrity.metadata_size = 8;
+        p.integrity.interval_exp = 9;
+    })
+}
+
 fn set_params_dma_alignment_page(env: &mut Env) -> Result<Got> {
     set_with(env, |_, p| {
         p.types |= UBLK_PARAM_TYPE_DMA_ALIGN;
@@ -319,6 +356,10 @@ pub const CASES: &[Case] = &[
     case!(set_params_zoned_open_above_zones, err(EINVAL)),
     case!(set_params_zoned_active_above_zones, err(EINVAL)),
     case!(set_params_zoned_limits_all_zones, OK),
+    case!(set_params_zoned_segment_ok, OK),
+    case!(set_params_zoned_segment_boundary_too_small, err(EINVAL)),
+    case!(set_params_zoned_dma_alignment_page, err(EINVAL)),
+    case!(set_params_zoned_integrity_without_flag, err(EINVAL)),
     case!(set_params_dma_alignment_page, err(EINVAL)),
     case!(set_params_dma_alignment_not_mask, err(EINVAL)),
     case!(set_params_segment_boundary_not_mask, err(EINVAL)),
