@@ -20,6 +20,9 @@ use crate::rng::Rng;
 use crate::trap::Trap;
 use crate::world::{state_name, FDev, Padded, World, MAX_DEVS};
 
+/// Most control commands left waiting at once (see [`waiting_ctrl`]).
+const MAX_WAITING: usize = 4;
+
 /// How long an io command may take to complete before it counts as
 /// queued. Both drivers answer an io command while io_uring_enter()
 /// submits it, or from task work that the submitting task runs as soon as
@@ -675,6 +678,15 @@ fn features(w: &mut World, rng: &mut Rng) -> Result<Option<String>> {
 /// command waits. Not drawn where every tag may be fetched: the command
 /// would go on and the disk's I/O would reach tags nobody answers.
 fn waiting_ctrl(w: &mut World, rng: &mut Rng, op: u32, cmd: &str) -> Result<Option<String>> {
+    // A waiting command holds one of the io_uring workers of this task, of
+    // which there are four per CPU for commands like these (io-wq's
+    // bounded work): with all of them waiting, the next control command
+    // would wait for a worker, on either driver (seed 36100098 of an
+    // earlier fuzzer: eight waiting on two CPUs, then a START_USER_RECOVERY
+    // that never ran). A few are enough to test waiting.
+    if w.devs.iter().map(|d| d.waiters.len()).sum::<usize>() >= MAX_WAITING {
+        return Ok(None);
+    }
     let (id, i) = target(w, rng);
     if let Some(i) = i {
         if w.devs[i].maybe_all_fetched() && w.devs[i].live.is_none() {
