@@ -135,6 +135,12 @@ const REPORTS: &[Report] = &[
                of the server per driver, every data mode with reissue and with\n  \
                FAIL_IO",
     },
+    Report {
+        dir: "xtask/results/fuzz-scale",
+        link: "README.md",
+        what: "`cargo xtask fuzz`, the differential fuzzer in several guests at once:\n  \
+               its runs at scale on the default and the debug kernel, and what they found",
+    },
 ];
 
 #[derive(clap::Args, Debug)]
