@@ -141,6 +141,12 @@ const REPORTS: &[Report] = &[
         what: "`cargo xtask fuzz`, the differential fuzzer in several guests at once:\n  \
                its runs at scale on the default and the debug kernel, and what they found",
     },
+    Report {
+        dir: "xtask/results/many-devices",
+        link: "README.md",
+        what: "`test_many_devices.sh` with 256 devices: every data mode and recovery kind\n  \
+               at once under fio, servers killed and recovered, devices added and deleted",
+    },
 ];
 
 #[derive(clap::Args, Debug)]

@@ -212,6 +212,17 @@ fn set_params_zoned_segment_boundary_too_small(env: &mut Env) -> Result<Got> {
     })
 }
 
+/// The fuzzer's own input: a mask of 0, which the block layer would have
+/// taken as its default, so that only the driver's check refuses it.
+fn set_params_zoned_segment_boundary_zero(env: &mut Env) -> Result<Got> {
+    set_zoned_with(env, |p| {
+        p.types |= UBLK_PARAM_TYPE_SEGMENT;
+        p.seg.seg_boundary_mask = 0;
+        p.seg.max_segment_size = 4096;
+        p.seg.max_segments = 128;
+    })
+}
+
 fn set_params_zoned_dma_alignment_page(env: &mut Env) -> Result<Got> {
     set_zoned_with(env, |p| {
         p.types |= UBLK_PARAM_TYPE_DMA_ALIGN;
@@ -358,6 +369,7 @@ pub const CASES: &[Case] = &[
     case!(set_params_zoned_limits_all_zones, OK),
     case!(set_params_zoned_segment_ok, OK),
     case!(set_params_zoned_segment_boundary_too_small, err(EINVAL)),
+    case!(set_params_zoned_segment_boundary_zero, err(EINVAL)),
     case!(set_params_zoned_dma_alignment_page, err(EINVAL)),
     case!(set_params_zoned_integrity_without_flag, err(EINVAL)),
     case!(set_params_dma_alignment_page, err(EINVAL)),
