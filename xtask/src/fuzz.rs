@@ -18,7 +18,7 @@ use crate::progress::{detail, fmt_duration, phase};
 use crate::userland;
 
 /// Guest `k` starts at seed `seed + k * SEED_RANGE`: ranges that a run
-/// does not exhaust (a round is a seed, and a guest runs about 10 rounds a
+/// does not exhaust (a round is a seed, and a guest runs about 20 rounds a
 /// minute).
 const SEED_RANGE: u64 = 1 << 32;
 
@@ -33,8 +33,8 @@ pub struct FuzzOpts {
     /// Seconds; each guest starts no round after that.
     #[arg(long, value_name = "SECS")]
     pub time: Option<u64>,
-    /// Guests at once (each about a third of a host core under TCG,
-    /// 3 GiB of memory).
+    /// Guests at once (3 GiB of memory each; under TCG a 2-core host
+    /// carries three or four).
     #[arg(long, default_value_t = 4,
           value_parser = clap::value_parser!(u32).range(1..=16))]
     pub guests: u32,

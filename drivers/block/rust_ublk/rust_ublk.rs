@@ -45,7 +45,9 @@
 //!
 //! 1. The ring lock (`uring_lock`) of the io_uring that issues a command inline. Io commands that
 //!    io_uring issues from its workers, without it, are issued again from task work of the server
-//!    thread, with it ([`chardev`]), so that the device lock is only ever taken under it.
+//!    thread, with it ([`chardev`]), so that the device lock is only ever taken under it. No
+//!    control command but `UBLK_U_CMD_GET_FEATURES`, which takes no lock, runs under it: the
+//!    others are issued from io_uring's workers ([`control`]).
 //! 2. `Control::devices` (mutex): the table of devices. `UBLK_U_CMD_ADD_DEV` holds it while it
 //!    creates the device, copies the device information to user space (the mmap lock, on a
 //!    fault) and adds `/dev/ublkcN`; `UBLK_U_CMD_DEL_DEV` removes it under it. Lookups take the
