@@ -190,37 +190,30 @@ fn set_params_zoned_limits_all_zones(env: &mut Env) -> Result<Got> {
     })
 }
 
+/// Adds segment parameters to `p`: boundary mask, segment size, segments.
+fn segment(p: &mut UblkParams, mask: u64, size: u32, segments: u16) {
+    p.types |= UBLK_PARAM_TYPE_SEGMENT;
+    p.seg.seg_boundary_mask = mask;
+    p.seg.max_segment_size = size;
+    p.seg.max_segments = segments;
+}
+
 // The parameters that follow the zoned ones are checked on a zoned device
 // too (ublk_drv skipped them before patch 0004 of
 // `patches/08-ublk-fuzz-fixes`; found by the differential fuzzer).
 
 fn set_params_zoned_segment_ok(env: &mut Env) -> Result<Got> {
-    set_zoned_with(env, |p| {
-        p.types |= UBLK_PARAM_TYPE_SEGMENT;
-        p.seg.seg_boundary_mask = 4095;
-        p.seg.max_segment_size = 4096;
-        p.seg.max_segments = 16;
-    })
+    set_zoned_with(env, |p| segment(p, 4095, 4096, 16))
 }
 
 fn set_params_zoned_segment_boundary_too_small(env: &mut Env) -> Result<Got> {
-    set_zoned_with(env, |p| {
-        p.types |= UBLK_PARAM_TYPE_SEGMENT;
-        p.seg.seg_boundary_mask = 2047;
-        p.seg.max_segment_size = 4096;
-        p.seg.max_segments = 16;
-    })
+    set_zoned_with(env, |p| segment(p, 2047, 4096, 16))
 }
 
 /// The fuzzer's own input: a mask of 0, which the block layer would have
 /// taken as its default, so that only the driver's check refuses it.
 fn set_params_zoned_segment_boundary_zero(env: &mut Env) -> Result<Got> {
-    set_zoned_with(env, |p| {
-        p.types |= UBLK_PARAM_TYPE_SEGMENT;
-        p.seg.seg_boundary_mask = 0;
-        p.seg.max_segment_size = 4096;
-        p.seg.max_segments = 128;
-    })
+    set_zoned_with(env, |p| segment(p, 0, 4096, 128))
 }
 
 fn set_params_zoned_dma_alignment_page(env: &mut Env) -> Result<Got> {
@@ -253,30 +246,15 @@ fn set_params_dma_alignment_not_mask(env: &mut Env) -> Result<Got> {
 }
 
 fn set_params_segment_boundary_not_mask(env: &mut Env) -> Result<Got> {
-    set_with(env, |_, p| {
-        p.types |= UBLK_PARAM_TYPE_SEGMENT;
-        p.seg.seg_boundary_mask = 4094;
-        p.seg.max_segment_size = 4096;
-        p.seg.max_segments = 16;
-    })
+    set_with(env, |_, p| segment(p, 4094, 4096, 16))
 }
 
 fn set_params_segment_boundary_too_small(env: &mut Env) -> Result<Got> {
-    set_with(env, |_, p| {
-        p.types |= UBLK_PARAM_TYPE_SEGMENT;
-        p.seg.seg_boundary_mask = 2047;
-        p.seg.max_segment_size = 4096;
-        p.seg.max_segments = 16;
-    })
+    set_with(env, |_, p| segment(p, 2047, 4096, 16))
 }
 
 fn set_params_segment_size_too_small(env: &mut Env) -> Result<Got> {
-    set_with(env, |_, p| {
-        p.types |= UBLK_PARAM_TYPE_SEGMENT;
-        p.seg.seg_boundary_mask = 4095;
-        p.seg.max_segment_size = 512;
-        p.seg.max_segments = 16;
-    })
+    set_with(env, |_, p| segment(p, 4095, 512, 16))
 }
 
 fn set_params_integrity_without_flag(env: &mut Env) -> Result<Got> {
