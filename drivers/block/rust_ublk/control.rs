@@ -12,6 +12,7 @@
 use crate::{
     chardev::{self, CharDev},
     device::UblkDevice,
+    release::Releases,
     features::*,
     params, shmem,
     uapi::{self, CtrlCmd, DevInfo},
@@ -30,7 +31,6 @@ use kernel::{
     rbtree::{RBTree, RBTreeNodeReservation},
     sync::{aref::ARef, Arc, ArcBorrow, Mutex},
     uaccess::{UserPtr, UserSlice},
-    workqueue::OwnedQueue,
 };
 
 /// Number of device numbers (`UBLK_MAX_UBLKS`): the minor numbers of the region of `/dev/ublkcN`,
@@ -86,10 +86,10 @@ pub(crate) struct Control {
     /// under the lock, before any command can add a device.
     #[pin]
     parent: Mutex<Option<ARef<Device>>>,
-    /// The queue of the work items that finish the release of a `/dev/ublkcN`, once io_uring
-    /// gave back the requests it held (see [`UblkDevice::release`]). Each device holds it too; this
-    /// reference goes with the module, whose exit waits for the work items on it to return.
-    release_queue: Arc<OwnedQueue>,
+    /// The work items that finish the release of a `/dev/ublkcN`, once io_uring gave back the
+    /// requests it held (see [`UblkDevice::release`]). Each device holds it too; this reference
+    /// goes with the module, whose exit waits for the work items to return.
+    releases: Arc<Releases>,
 }
 
 impl Control {
@@ -99,14 +99,14 @@ impl Control {
         check_module_parameters()?;
         let region = Arc::new(Region::alloc(MAX_UBLKS, c"ublk-char")?, GFP_KERNEL)?;
         let class = Arc::new(ClassRegistration::new(class)?, GFP_KERNEL)?;
-        let release_queue = Arc::new(OwnedQueue::new_unbound(c"rust_ublk_release")?, GFP_KERNEL)?;
+        let releases = Releases::new()?;
         Arc::pin_init(
             pin_init!(Self {
                 devices <- new_mutex!(RBTree::new()),
                 region,
                 class,
                 parent <- new_mutex!(None),
-                release_queue,
+                releases,
             }),
             GFP_KERNEL,
         )
@@ -125,7 +125,8 @@ impl Control {
     /// file of a device is open (each holds the module), so the release is immediate, but with
     /// `CONFIG_DEBUG_KOBJECT_RELEASE`, which delays it: then the rest of the release (dropping
     /// the registration's reference to the device, freeing it) may still run after the wait,
-    /// the window of any release that puts its module's last reference.
+    /// the window of any release that puts its module's last reference. Then waits for the work
+    /// item that looks at releases waiting for io_uring to return ([`Releases::stop`]).
     pub(crate) fn remove_all(&self) {
         let mut devices = core::mem::take(&mut *self.devices.lock());
         // Dropped without the lock, as when the control device goes.
@@ -135,6 +136,7 @@ impl Control {
             drop(entry);
             let _ = dev.wait_released(false);
         }
+        self.releases.stop();
     }
 
     /// Returns device `id`, unless its number is free.
@@ -424,7 +426,7 @@ fn add_dev(ctl: &Control, header: &CtrlCmd) -> Result {
         return Err(EINVAL);
     }
 
-    let dev = UblkDevice::new(info, ctl.release_queue.clone())?;
+    let dev = UblkDevice::new(info, ctl.releases.clone())?;
     writer.write_slice(&info.to_bytes())?;
     // The table's node is allocated before `/dev/ublkcN` appears: once a server may open it,
     // the device is in the table, where `UBLK_U_CMD_DEL_DEV` finds it.

@@ -8,6 +8,7 @@ use crate::{
     },
     params::{self, Params},
     queue::{self, DiskOps, Queue, QueueState, Queues},
+    release::Releases,
     shmem, teardown,
     uapi::{self, DevInfo},
     unpriv::Owner,
@@ -16,6 +17,7 @@ use kernel::{
     block::mq::{gen_disk::GenDisk, TagSet},
     cred::{capable, Capability},
     current,
+    list::{impl_list_arc_safe, impl_list_item, AtomicTracker, ListLinks, TryNewListArc},
     mm::Mm,
     new_condvar, new_mutex, new_spinlock,
     prelude::*,
@@ -25,9 +27,8 @@ use kernel::{
         rcu, Arc, CondVar, Mutex, MutexGuard, SpinLock,
     },
     task::Pid,
-    time::{msecs_to_jiffies, Jiffies},
     warn_on,
-    workqueue::{self, impl_has_work, new_work, OwnedQueue, Work, WorkItem},
+    workqueue::{self, impl_has_work, new_work, Work, WorkItem},
     ModuleMetadata, ModuleRef,
 };
 
@@ -287,8 +288,9 @@ pub(crate) struct UblkDevice {
     #[pin]
     pub(crate) canceled: Mutex<bool>,
     /// The module reference that the release of `/dev/ublkcN` leaves for its work item, which
-    /// keeps the module loaded until it returned ([`UblkDevice::release`]). Not part of `state`,
-    /// for the same reason as `canceled`.
+    /// keeps the module loaded until it returned, also while the release waits for io_uring to
+    /// give back requests ([`UblkDevice::release`]). Not part of `state`, for the same reason as
+    /// `canceled`.
     #[pin]
     release_pin: Mutex<Option<ModuleRef>>,
     /// The address space that mapped the io descriptors first; the only one that may map them.
@@ -309,12 +311,15 @@ pub(crate) struct UblkDevice {
     /// Finishes the release of `/dev/ublkcN` ([`UblkDevice::release`]).
     #[pin]
     release_work: Work<UblkDevice, RELEASE_WORK>,
-    /// The queue that `release_work` runs on: the module's, destroyed when the module goes
-    /// ([`crate::control::Control`]), which waits for the work item to have returned. The work
-    /// item never drops the last reference to the queue (which would wait for itself): it drops
-    /// the device, and with it this reference, while it still holds the module, whose state holds
-    /// another one.
-    release_queue: Arc<OwnedQueue>,
+    /// The module's releases: the queue that `release_work` runs on, and the devices whose
+    /// release waits for io_uring to give back requests.
+    releases: Arc<Releases>,
+    /// Links the device into the list of [`Releases`] while its release waits.
+    #[pin]
+    waiting_links: ListLinks,
+    /// Whether the device is on that list.
+    #[pin]
+    waiting_tracker: AtomicTracker,
     /// The tag set of the device's disk.
     pub(crate) tag_set: Arc<TagSet<DiskOps>>,
     /// The queues, with their io slots.
@@ -323,7 +328,7 @@ pub(crate) struct UblkDevice {
 
 impl UblkDevice {
     /// Creates the device described by `info`, which was validated by `UBLK_U_CMD_ADD_DEV`.
-    pub(crate) fn new(info: DevInfo, release_queue: Arc<OwnedQueue>) -> Result<Arc<Self>> {
+    pub(crate) fn new(info: DevInfo, releases: Arc<Releases>) -> Result<Arc<Self>> {
         let tag_set = Arc::pin_init(
             queue::new_tag_set(info.nr_hw_queues, info.queue_depth),
             GFP_KERNEL,
@@ -366,7 +371,9 @@ impl UblkDevice {
                 ready <- new_condvar!(),
                 scan_work <- new_work!("UblkDevice::scan_work"),
                 release_work <- new_work!("UblkDevice::release_work"),
-                release_queue,
+                releases,
+                waiting_links <- ListLinks::new(),
+                waiting_tracker <- AtomicTracker::new(),
                 tag_set,
                 queues,
             }),
@@ -728,10 +735,11 @@ impl UblkDevice {
     /// A request whose data is still registered as a buffer of one of the server's rings ends
     /// only once io_uring releases the buffer: possibly when the task that closed the file tears
     /// the ring down, or never, if the ring outlives the server. Stopping the device waits for
-    /// the requests, so the work item looks again, at growing intervals, until the slots got back
-    /// every request they lent, and finishes the release only then. Meanwhile it keeps the module
-    /// loaded, since io_uring calls back into it, the server stays attached (a new server cannot
-    /// open `/dev/ublkcN` yet), and `UBLK_U_CMD_DEL_DEV` waits.
+    /// the requests, so the release is finished only once the slots got every request they lent
+    /// back. Until then the device waits on the list of [`Releases`], which queues the work item
+    /// again then, so that a release that waits takes no worker. Meanwhile the device keeps the
+    /// module loaded, since io_uring calls back into it, the server stays attached (a new server
+    /// cannot open `/dev/ublkcN` yet), and `UBLK_U_CMD_DEL_DEV` waits.
     ///
     /// The callback through which io_uring gives back the last of them may still be running
     /// when the slots have them all back, in the module's code ([`crate::zerocopy::BufRelease`]).
@@ -744,41 +752,42 @@ impl UblkDevice {
         // The file being released holds a reference to the module (its `owner`), so the module
         // is not going away and this does not fail.
         let pin = <crate::RustUblk as ModuleMetadata>::THIS_MODULE.try_get();
-        if warn_on!(pin.is_none()) {
-            Self::finish_once_given_back(&this);
-            return;
-        }
+        warn_on!(pin.is_none());
         // The work item of the server before has taken its own pin: the server detached only in
         // its last steps, and this file could only be opened after that.
         *this.release_pin.lock() = pin;
-        let queue = this.release_queue.clone();
-        // A device has one opener, so the work item is not queued already.
-        let _ = queue.enqueue::<Arc<Self>, RELEASE_WORK>(this);
+        let releases = this.releases.clone();
+        // A device has one opener, so the work item is neither queued nor waiting already.
+        releases.queue_release(this);
     }
 
-    /// The rest of [`UblkDevice::release`]: waits until io_uring gave back every request that a
-    /// slot lent, then finishes the release.
-    fn finish_once_given_back(this: &Arc<Self>) {
-        // io_uring holds requests of the device until it releases their buffers, which may take
-        // long, or never happen: look again after a wait that doubles up to a tenth of a second.
-        // The wait is interruptible (a kernel thread gets no signal), so that a ring that keeps
-        // its buffers does not count as load; the work item runs on a queue of the module's own,
-        // which nothing else waits behind. Spurious wake-ups of `ready` only look again sooner.
-        let most: Jiffies = msecs_to_jiffies(100).max(1);
-        let mut wait: Jiffies = 1;
-        while teardown::any_lent(this) {
-            let mut guard = this.release_pin.lock();
-            let _ = this.ready.wait_interruptible_timeout(&mut guard, wait);
-            drop(guard);
-            wait = wait.saturating_mul(2).min(most);
+    /// The rest of [`UblkDevice::release`], in its work item: finishes the release once io_uring
+    /// gave back every request that a slot lent, or makes it wait for that on the list of
+    /// [`Releases`].
+    fn release_once_given_back(this: Arc<Self>) {
+        if teardown::any_lent(&this) {
+            // The device keeps the module reference of its release until the work item runs
+            // again, which finishes the release and puts it: not before this run returned (a work
+            // item does not run twice at once), so this returns into the module's code, and drops
+            // its reference to `releases`, while the module is held.
+            let releases = this.releases.clone();
+            releases.wait_given_back(this);
+            return;
         }
+        // This run's pin, taken before the server detaches: once it did, a new server may open
+        // `/dev/ublkcN`, and its release leaves a pin for the run it queues.
+        let pin = this.release_pin.lock().take();
         // The callback that gave the last request back may still be running, in the module's
         // code: it does not sleep from there on (see `zerocopy::BufRelease`), so no task is in it
         // any more once every task switched context voluntarily.
         if this.flags & (F_SUPPORT_ZERO_COPY | F_AUTO_BUF_REG) != 0 {
             rcu::synchronize_rcu_tasks();
         }
-        Self::finish_release(this);
+        Self::finish_release(&this);
+        drop(this);
+        // Last: the module may go away once this is dropped. Its exit destroys the queue that
+        // this runs on, which waits for this function to have returned.
+        drop(pin);
     }
 
     /// Finishes [`UblkDevice::release`] once no buffer holds a request of the server any more:
@@ -908,23 +917,24 @@ impl_has_work! {
     impl HasWork<Self, RELEASE_WORK> for UblkDevice { self.release_work }
 }
 
+impl_list_arc_safe! {
+    impl ListArcSafe<0> for UblkDevice { tracked_by waiting_tracker: AtomicTracker; }
+}
+
+impl_list_item! {
+    impl ListItem<0> for UblkDevice { using ListLinks { self.waiting_links }; }
+}
+
 /// The identity of [`UblkDevice::scan_work`] among the work items of a device.
 const SCAN_WORK: u64 = 0;
 /// The identity of [`UblkDevice::release_work`] among the work items of a device.
-const RELEASE_WORK: u64 = 1;
+pub(crate) const RELEASE_WORK: u64 = 1;
 
 impl WorkItem<RELEASE_WORK> for UblkDevice {
     type Pointer = Arc<UblkDevice>;
 
     fn run(this: Arc<UblkDevice>) {
-        // This run's pin, taken before the server detaches: once it did, a new server may open
-        // `/dev/ublkcN`, and its release leaves a pin for the run it queues.
-        let pin = this.release_pin.lock().take();
-        Self::finish_once_given_back(&this);
-        drop(this);
-        // Last: the module may go away once this is dropped. Its exit destroys the queue that
-        // this runs on, which waits for this function to have returned.
-        drop(pin);
+        Self::release_once_given_back(this);
     }
 }
 

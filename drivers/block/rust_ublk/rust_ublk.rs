@@ -90,6 +90,10 @@
 //!    dropped, until their timer expires or the server goes away. Taken alone, by the end of such
 //!    a read, the timeout work and the teardown; innermost: the requests it gives out are failed
 //!    after it is dropped.
+//! 10. `Releases::waiting` (mutex, one per module): the devices whose release waits for io_uring
+//!     to give back requests ([`release`]). Taken alone, by a release's work item and by the work
+//!     item that looks at the devices; innermost: under it the slots' lending counts are read
+//!     and work items queued.
 //!
 //! An io slot ([`slot::Slot`]) is not a lock, and nothing waits for it: its holders (blk-mq's
 //! `queue_rq`, the server's commands and their task work, cancellation and teardown) may take
@@ -121,6 +125,7 @@ mod io;
 mod iodesc;
 mod params;
 mod queue;
+mod release;
 mod shmem;
 mod slot;
 mod teardown;

@@ -235,6 +235,74 @@ fn read_ends_once_closed_server_buffer_goes(env: &mut Env) -> Result<Got> {
     Ok(Got::Res(0))
 }
 
+/// Counts the workers that run a work item of the Rust driver's own
+/// release queue: while a worker runs one, its name ends in `+` and the
+/// queue's name. The C driver has no such queue (0).
+fn busy_release_workers() -> Result<usize> {
+    let mut busy = 0;
+    for entry in std::fs::read_dir("/proc")? {
+        // Tasks come and go while the directory is read.
+        let Ok(entry) = entry else { continue };
+        let Ok(comm) = std::fs::read_to_string(entry.path().join("comm")) else {
+            continue;
+        };
+        if comm.trim_end().ends_with("+rust_ublk_release") {
+            busy += 1;
+        }
+    }
+    Ok(busy)
+}
+
+/// Servers whose releases wait at once in this case.
+const WAITING: usize = 4;
+
+/// `WAITING` servers close `/dev/ublkcN` while other rings hold the buffers
+/// of their held reads: each release waits for its buffer, and no release
+/// may keep a worker meanwhile (the release queue runs at most 256 work
+/// items at once: as many dead servers whose buffers stay would hold back
+/// the release of every other device); one worker may look at them all.
+/// Then the rings let go, and every read ends. 0 if so; 1 if a read ended
+/// when its file was closed; 2 if more than one worker of the release
+/// queue was busy while the releases waited; 3 if a read did not end within
+/// 5 s of its buffer's release.
+fn waiting_releases_keep_no_worker(env: &mut Env) -> Result<Got> {
+    let mut waiting = Vec::new();
+    for _ in 0..WAITING {
+        let h = held(env)?;
+        let mut other = Ring::<squeue::Entry>::new()?;
+        other.register_sparse_buffers(TABLE)?;
+        match other.run(io_sqe(h.fd(), UBLK_U_IO_REGISTER_IO_BUF, 0, 0, 0), WAIT)? {
+            Got::Res(0) => {}
+            got => bail!("setup: REGISTER_IO_BUF got {}", show(got)),
+        }
+        waiting.push((h.s.dev.id, h, other));
+    }
+    let mut rings = Vec::new();
+    for (id, h, other) in waiting {
+        drop(h);
+        rings.push((id, other));
+    }
+    // The releases run, find their buffers held, and wait.
+    std::thread::sleep(Duration::from_millis(300));
+    for &(id, _) in &rings {
+        if in_flight(id)? != 1 {
+            return Ok(Got::Res(1));
+        }
+    }
+    let busy = busy_release_workers()?;
+    for (id, other) in rings {
+        drop(other);
+        if !within_5s(|| Ok(in_flight(id)? == 0))? {
+            return Ok(Got::Res(3));
+        }
+    }
+    if busy > 1 {
+        println!("# {busy} workers of the release queue busy while {WAITING} releases waited");
+        return Ok(Got::Res(2));
+    }
+    Ok(Got::Res(0))
+}
+
 pub const CASES: &[Case] = &[
     case!(register_io_buf, OK),
     case!(register_io_buf_index_out_of_table, err(EINVAL)),
@@ -250,4 +318,5 @@ pub const CASES: &[Case] = &[
     case!(request_ends_at_unregister, OK),
     case!(request_ends_at_ring_teardown, OK),
     case!(read_ends_once_closed_server_buffer_goes, OK),
+    case!(waiting_releases_keep_no_worker, OK),
 ];
