@@ -12,9 +12,10 @@
 use crate::{
     chardev::{self, CharDev},
     device::UblkDevice,
-    release::Releases,
     features::*,
-    params, shmem,
+    params,
+    release::Releases,
+    shmem,
     uapi::{self, CtrlCmd, DevInfo},
     unpriv::{self, Owner},
 };

@@ -27,6 +27,7 @@ use kernel::{
         rcu, Arc, CondVar, Mutex, MutexGuard, SpinLock,
     },
     task::Pid,
+    time::{delay::fsleep, Delta},
     warn_on,
     workqueue::{self, impl_has_work, new_work, Work, WorkItem},
     ModuleMetadata, ModuleRef,
@@ -752,7 +753,15 @@ impl UblkDevice {
         // The file being released holds a reference to the module (its `owner`), so the module
         // is not going away and this does not fail.
         let pin = <crate::RustUblk as ModuleMetadata>::THIS_MODULE.try_get();
-        warn_on!(pin.is_none());
+        if warn_on!(pin.is_none()) {
+            // Finished here then, in the file's release, which the module outlives: without a
+            // reference, the work item could not keep the module loaded while it waits.
+            while teardown::any_lent(&this) {
+                fsleep(Delta::from_millis(10));
+            }
+            Self::finish_given_back(&this);
+            return;
+        }
         // The work item of the server before has taken its own pin: the server detached only in
         // its last steps, and this file could only be opened after that.
         *this.release_pin.lock() = pin;
@@ -767,9 +776,10 @@ impl UblkDevice {
     fn release_once_given_back(this: Arc<Self>) {
         if teardown::any_lent(&this) {
             // The device keeps the module reference of its release until the work item runs
-            // again, which finishes the release and puts it: not before this run returned (a work
-            // item does not run twice at once), so this returns into the module's code, and drops
-            // its reference to `releases`, while the module is held.
+            // again, which finishes the release and puts it: not before this run returned, since
+            // a work item is not reentrant (queued while it runs, it is queued to the pool where
+            // it runs, behind itself), so this returns into the module's code, and drops its
+            // reference to `releases`, while the module is held.
             let releases = this.releases.clone();
             releases.wait_given_back(this);
             return;
@@ -777,17 +787,22 @@ impl UblkDevice {
         // This run's pin, taken before the server detaches: once it did, a new server may open
         // `/dev/ublkcN`, and its release leaves a pin for the run it queues.
         let pin = this.release_pin.lock().take();
+        Self::finish_given_back(&this);
+        drop(this);
+        // Last: the module may go away once this is dropped. Its exit destroys the queue that
+        // this runs on, which waits for this function to have returned.
+        drop(pin);
+    }
+
+    /// Finishes the release once io_uring gave back every request that a slot lent.
+    fn finish_given_back(this: &Arc<Self>) {
         // The callback that gave the last request back may still be running, in the module's
         // code: it does not sleep from there on (see `zerocopy::BufRelease`), so no task is in it
         // any more once every task switched context voluntarily.
         if this.flags & (F_SUPPORT_ZERO_COPY | F_AUTO_BUF_REG) != 0 {
             rcu::synchronize_rcu_tasks();
         }
-        Self::finish_release(&this);
-        drop(this);
-        // Last: the module may go away once this is dropped. Its exit destroys the queue that
-        // this runs on, which waits for this function to have returned.
-        drop(pin);
+        Self::finish_release(this);
     }
 
     /// Finishes [`UblkDevice::release`] once no buffer holds a request of the server any more:

@@ -6,11 +6,12 @@
 //! A request whose data a ring registered as a buffer ends only once io_uring releases the
 //! buffer: possibly long after the server closed `/dev/ublkcN`, or never, if the ring outlives the
 //! server. The release of the device waits for that ([`UblkDevice::release`]), but not in a worker
-//! of its own: the module's queue runs at most 256 work items at once, so devices whose buffers
-//! do not come back would take every worker, and the releases of all other devices would wait
-//! behind them. A release that finds requests still lent puts its device on a list and returns;
-//! one work item looks at the devices of the list, at growing intervals, and queues the release
-//! work item again of each device that got all its requests back.
+//! of its own: the module's queue runs a bounded number of work items at once (its `max_active`,
+//! 1024 by default), so enough devices whose buffers do not come back would take every worker,
+//! and the releases of all other devices would wait behind them. A release that finds requests
+//! still lent puts its device on a list and returns; one work item looks at the devices of the
+//! list, at growing intervals, and queues the release work item again of each device that got all
+//! its requests back.
 
 use crate::{
     device::{UblkDevice, RELEASE_WORK},
@@ -41,8 +42,9 @@ pub(crate) struct Releases {
     /// The devices whose release waits.
     #[pin]
     waiting: Mutex<Waiting>,
-    /// Never signalled: the polling work item sleeps on it between two looks, interruptibly, so
-    /// that a wait that may last forever does not count as load (a worker gets no signal).
+    /// The polling work item sleeps on it between two looks, interruptibly, so that a wait that
+    /// may last forever does not count as load (a worker gets no signal); signalled when a device
+    /// starts to wait.
     #[pin]
     pause: CondVar,
     /// Looks at the devices of `waiting` until none is left.
@@ -55,8 +57,12 @@ struct Waiting {
     /// Each holds its release's module reference ([`UblkDevice::release`]) until its release work
     /// item runs again.
     devices: List<UblkDevice>,
-    /// Whether `poll_work` is queued or running; it runs while `devices` is not empty.
+    /// Whether `poll_work` is queued, or runs and will look at `devices` again; it is cleared by
+    /// the work item's last look, which found no device left.
     polling: bool,
+    /// Whether a device started to wait since the polling work item last looked: the next look
+    /// comes one tick after it, whatever the intervals had grown to.
+    added: bool,
 }
 
 impl Releases {
@@ -69,6 +75,7 @@ impl Releases {
                 waiting <- new_mutex!(Waiting {
                     devices: List::new(),
                     polling: false,
+                    added: false,
                 }),
                 pause <- new_condvar!(),
                 poll_work <- new_work!("Releases::poll_work"),
@@ -79,33 +86,47 @@ impl Releases {
 
     /// Queues the release work item of `dev`.
     pub(crate) fn queue_release(&self, dev: Arc<UblkDevice>) {
-        // A device has one server, whose release queues its work item once; the list gives it
-        // back only once that work item returned.
-        let _ = self.queue.enqueue::<Arc<UblkDevice>, RELEASE_WORK>(dev);
+        // A device has one server, whose release queues its work item once, and the list gives
+        // it back only once that work item returned: it is not queued. (If it were, the reference
+        // given back is not the last one: the queued work item holds another.)
+        warn_on!(self
+            .queue
+            .enqueue::<Arc<UblkDevice>, RELEASE_WORK>(dev)
+            .is_err());
     }
 
     /// Makes the release of `dev` wait until io_uring gave back every request that its slots
     /// lent, and queues its work item again then.
     pub(crate) fn wait_given_back(self: &Arc<Self>, dev: Arc<UblkDevice>) {
-        // Only the device's release work item puts it on the list, and it is not on the list
-        // while that work item runs.
-        let Ok(dev) = ListArc::try_from_arc(dev) else {
-            warn_on!(true);
-            return;
+        let dev = match ListArc::try_from_arc(dev) {
+            Ok(dev) => dev,
+            // Only the device's release work item puts it on the list, and the device is not on
+            // the list while that work item runs. If it were, it is looked at from there, and the
+            // reference dropped here is not its last one: the list holds another.
+            Err(dev) => {
+                pr_warn!("device {} waits for io_uring twice\n", dev.id);
+                warn_on!(true);
+                return;
+            }
         };
         let mut waiting = self.waiting.lock();
         waiting.devices.push_back(dev);
-        if !waiting.polling {
+        if waiting.polling {
+            waiting.added = true;
+            self.pause.notify_one();
+        } else {
             waiting.polling = true;
-            // Not queued: `polling` was false, and the work item returns once it set it so.
-            let _ = self.queue.enqueue::<Arc<Self>, 0>(self.clone());
+            // Not queued: `polling` was false, which the work item's last look sets.
+            warn_on!(self.queue.enqueue::<Arc<Self>, 0>(self.clone()).is_err());
         }
     }
 
-    /// Waits for the polling work item to have returned, for the module's exit: no release waits
-    /// any more then (each holds a reference to the module), so it is not queued again.
+    /// Waits for the polling work item to have returned, for the module's exit. No release waits
+    /// any more then (each holds a reference to the module), so it is not queued, nor queued
+    /// again.
     pub(crate) fn stop(self: &Arc<Self>) {
-        Work::<Self>::cancel_sync(self);
+        warn_on!(Work::<Self>::cancel_sync(self));
+        warn_on!(!self.waiting.lock().devices.is_empty());
     }
 }
 
@@ -117,26 +138,37 @@ impl WorkItem for Releases {
     type Pointer = Arc<Releases>;
 
     fn run(this: Arc<Releases>) {
-        // The first look after a tick, then intervals that double up to a tenth of a second.
+        // The first look after a tick, then intervals that double up to a tenth of a second;
+        // again from a tick once a device starts to wait.
         let most: Jiffies = msecs_to_jiffies(100).max(1);
         let mut wait: Jiffies = 1;
-        let mut waiting = this.waiting.lock();
         loop {
+            let mut waiting = this.waiting.lock();
             let _ = this.pause.wait_interruptible_timeout(&mut waiting, wait);
+            let added = core::mem::take(&mut waiting.added);
+            // Looked at without the lock, which the releases that start to wait meanwhile take:
+            // they add their devices to the list, which the ones still lent join again below.
+            let mut look = core::mem::take(&mut waiting.devices);
+            drop(waiting);
             let mut lent = List::new();
-            while let Some(dev) = waiting.devices.pop_front() {
+            while let Some(dev) = look.pop_front() {
                 if teardown::any_lent(&dev) {
                     lent.push_back(dev);
                 } else {
                     this.queue_release(dev.into_arc());
                 }
             }
-            waiting.devices = lent;
+            let mut waiting = this.waiting.lock();
+            waiting.devices.push_all_back(&mut lent);
             if waiting.devices.is_empty() {
                 waiting.polling = false;
                 return;
             }
-            wait = wait.saturating_mul(2).min(most);
+            wait = if added {
+                1
+            } else {
+                wait.saturating_mul(2).min(most)
+            };
         }
     }
 }
