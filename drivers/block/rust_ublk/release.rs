@@ -144,7 +144,11 @@ impl WorkItem for Releases {
         let mut wait: Jiffies = 1;
         loop {
             let mut waiting = this.waiting.lock();
-            let _ = this.pause.wait_interruptible_timeout(&mut waiting, wait);
+            // A device that joined during the last look, whose signal found no sleeper, is
+            // looked at without a wait.
+            if !waiting.added {
+                let _ = this.pause.wait_interruptible_timeout(&mut waiting, wait);
+            }
             let added = core::mem::take(&mut waiting.added);
             // Looked at without the lock, which the releases that start to wait meanwhile take:
             // they add their devices to the list, which the ones still lent join again below.

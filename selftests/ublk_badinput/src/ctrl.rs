@@ -152,6 +152,16 @@ pub fn is_rust_implementation(module: &str) -> anyhow::Result<bool> {
     Ok(String::from_utf8_lossy(&out.stdout).contains("Rust"))
 }
 
+/// Whether the ublk driver loaded is the C one: the module `ublk_drv`, unless the Rust
+/// implementation is `ublk_drv` in this kernel. An error if `modinfo` cannot tell which one the
+/// loaded `ublk_drv` is: the C driver's known bugs would otherwise hide the Rust one's.
+pub fn is_c_driver() -> anyhow::Result<bool> {
+    if !std::path::Path::new("/sys/module/ublk_drv").exists() {
+        return Ok(false);
+    }
+    Ok(!is_rust_implementation("ublk_drv")?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

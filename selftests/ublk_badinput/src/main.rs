@@ -72,7 +72,7 @@ fn main() -> ExitCode {
         0
     });
     // The C driver is held to the known bugs the table names.
-    let c_driver = match is_c_driver() {
+    let c_driver = match ublk_badinput::ctrl::is_c_driver() {
         Ok(c) => c,
         Err(e) => {
             println!("# {e:#}: cannot tell which ublk driver is loaded");
@@ -120,16 +120,6 @@ fn main() -> ExitCode {
     } else {
         ExitCode::from(KSFT_FAIL)
     }
-}
-
-/// Whether the ublk driver loaded is the C one: the module `ublk_drv`, unless the Rust
-/// implementation is `ublk_drv` in this kernel. An error if `modinfo` cannot tell which one the
-/// loaded `ublk_drv` is: the C driver's known bugs would otherwise hide the Rust one's.
-fn is_c_driver() -> anyhow::Result<bool> {
-    if !std::path::Path::new("/sys/module/ublk_drv").exists() {
-        return Ok(false);
-    }
-    Ok(!ublk_badinput::ctrl::is_rust_implementation("ublk_drv")?)
 }
 
 #[cfg(test)]

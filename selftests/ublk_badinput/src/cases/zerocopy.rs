@@ -253,18 +253,6 @@ fn busy_release_workers() -> Result<usize> {
     Ok(busy)
 }
 
-/// Whether the loaded driver is the Rust one: the module `rust_ublk`, or
-/// `ublk_drv` in a kernel that has the Rust implementation under that name.
-fn rust_driver() -> Result<bool> {
-    if std::path::Path::new("/sys/module/rust_ublk").exists() {
-        return Ok(true);
-    }
-    if !std::path::Path::new("/sys/module/ublk_drv").exists() {
-        return Ok(false);
-    }
-    crate::ctrl::is_rust_implementation("ublk_drv")
-}
-
 /// Servers whose releases wait at once in this case.
 const WAITING: usize = 4;
 
@@ -281,7 +269,7 @@ const WAITING: usize = 4;
 /// file was closed; 2 if the counts were others; 3 if a read did not end
 /// within 5 s of its buffer's release.
 fn waiting_releases_keep_no_worker(env: &mut Env) -> Result<Got> {
-    let rust = rust_driver()?;
+    let rust = !crate::ctrl::is_c_driver()?;
     let mut waiting = Vec::new();
     for _ in 0..WAITING {
         let h = held(env)?;
